@@ -1,0 +1,82 @@
+"""The pyslurm backend: used when pyslurm imports and matches the running Slurm's version.
+
+It reads through pyslurm's objects API and falls back to the CLI backend for the actions
+pyslurm does not expose the same way (reboot ASAP, ExcNodeList update, submit). CI cannot build
+a matching pyslurm (see README), so its real-cluster tests are skipped there with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from resilient_slurm.slurm.cli_backend import CliSlurm, _check_name, _job_id, _words, sanitize_reason
+from resilient_slurm.slurm.hostlist import expand
+from resilient_slurm.slurm.model import NODE_FLAGS, Job, Node, SlurmError
+
+
+class PySlurm(CliSlurm):
+    """Reads nodes and jobs and drains/resumes/requeues through pyslurm."""
+
+    name = "pyslurm"
+
+    def __init__(self, module: Any, cli: CliSlurm) -> None:
+        super().__init__(conf=cli.conf, timeout=cli.timeout, env=cli.env)
+        self.search = cli.search
+        self.mod = module
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - pyslurm raises RPCError and friends
+            raise SlurmError(f"pyslurm: {exc}") from None
+
+    def nodes(self, names: Iterable[str] | None = None) -> list[Node]:
+        loaded = self._call(self.mod.Nodes.load)
+        result = []
+        for name, n in dict(loaded).items():
+            words = _words(getattr(n, "state", "")) + _words(getattr(n, "next_state", None) and [])
+            words += _words(getattr(n, "state_flags", None) or [])
+            base = next((w for w in words if w not in NODE_FLAGS), "UNKNOWN")
+            flags = {w for w in words if w in NODE_FLAGS}
+            if flags & {"DRAINED", "DRAINING"}:
+                flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
+            result.append(Node(str(name), base, frozenset(flags), str(getattr(n, "reason", "") or ""),
+                               str(getattr(n, "reason_user", "") or "")))
+        if names is None:
+            return result
+        by_name = {n.name: n for n in result}
+        wanted = list(names)
+        unknown = [n for n in wanted if n not in by_name]
+        if unknown:
+            raise SlurmError(f"unknown node(s): {','.join(unknown)}")
+        return [by_name[n] for n in wanted]
+
+    def job(self, job_id: int | str) -> Job:
+        jid = _job_id(job_id)
+        j = self._call(self.mod.Job.load, jid)
+        nodes = getattr(j, "allocated_nodes", None) or getattr(j, "nodes", None) or ""
+        excluded = getattr(j, "excluded_nodes", None) or ""
+        return Job(
+            job_id=jid,
+            name=str(getattr(j, "name", "") or ""),
+            state=str(getattr(j, "state", "UNKNOWN")).upper(),
+            nodes=tuple(expand(nodes)) if nodes else (),
+            restart_count=int(getattr(j, "requeue_count", 0) or 0),
+            excluded=tuple(expand(excluded)) if excluded else (),
+            requeue=bool(getattr(j, "is_requeueable", False)),
+            reason=str(getattr(j, "state_reason", "") or ""),
+            held=int(getattr(j, "priority", 1) or 0) == 0,
+        )
+
+    def drain(self, node: str, reason: str) -> None:
+        _check_name(node)
+        n = self.mod.Node(state="DRAIN", reason=sanitize_reason(reason))
+        self._call(self.mod.Node(node).modify, n)
+
+    def resume(self, node: str) -> None:
+        _check_name(node)
+        self._call(self.mod.Node(node).modify, self.mod.Node(state="RESUME"))
+
+    def requeue(self, job_id: int | str, hold: bool = False) -> None:
+        self._call(self.mod.Job(_job_id(job_id)).requeue, hold)
