@@ -1,0 +1,72 @@
+"""Structured events: one JSON object per line, appended to a log file.
+
+Schema (every event): ``ts`` (unix seconds, float), ``time`` (ISO 8601 UTC), ``kind`` (e.g.
+``verdict``, ``drain``, ``resume``, ``reboot``, ``cycle_start``, ``fault``, ``blame``,
+``requeue``), ``source`` (``health``, ``prolog``, ``epilog``, ``launcher``, ...), plus
+``node``, ``job``, ``cause`` where they apply, and free fields per kind. Each event is written
+with a single ``write`` on an ``O_APPEND`` descriptor, so concurrent writers never interleave
+inside a line.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+MAX_EVENT_BYTES = 64 * 1024
+
+
+class EventLog:
+    """Appends events to ``path`` (directories created 0755, file 0644)."""
+
+    def __init__(self, path: str, source: str, **defaults: Any) -> None:
+        self.path = path
+        self.source = source
+        self.defaults = {k: v for k, v in defaults.items() if v is not None}
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        now = time.time()
+        event: dict[str, Any] = {
+            "ts": round(now, 3),
+            "time": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "kind": kind,
+            "source": self.source,
+            **self.defaults,
+            **{k: v for k, v in fields.items() if v is not None},
+        }
+        line = json.dumps(event, sort_keys=False, default=str)
+        if len(line) > MAX_EVENT_BYTES:
+            event["evidence"] = "(truncated: event too large)"
+            event.pop("details", None)
+            line = json.dumps(event, default=str)[:MAX_EVENT_BYTES]
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+        return event
+
+
+def read_events(path: str) -> Iterator[dict[str, Any]]:
+    """Events from ``path`` in order; a torn or corrupt line is skipped, never fatal."""
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
