@@ -1,0 +1,213 @@
+"""Deterministic, seeded fault injection (torch-free).
+
+A schedule is a pure function of ``(count, seed, types, weights, steps, world_size)``: the same
+inputs give the same ``(step, rank, type)`` list in every launcher, so mechanisms are compared
+on equal faults. Faults sit on distinct steps in ``[first_step, steps - 1]``.
+
+Each fault fires at most once, across restarts and requeues: before firing, the injector creates
+``<state_dir>/fault_<index>-<step>-<rank>-<type>.fired`` with ``O_EXCL`` (the marker is written
+first because a SIGKILL leaves no chance to write afterwards). When the resumed run replays
+the step, the marker exists and the fault is skipped.
+
+Types: ``exception`` (raises :class:`InjectedFault`), ``hang`` (sleeps forever: heartbeats stop),
+``sigkill`` (the process kills itself with SIGKILL), ``node`` (installs the ``xid79`` scenario in
+the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL).
+
+Environment (flags win over env): ``RESILIENT_FAULT_COUNT``, ``RESILIENT_FAULT_SEED``,
+``RESILIENT_FAULT_TYPES``, ``RESILIENT_FAULT_TYPE_WEIGHTS``, ``RESILIENT_FAULT_STATE_DIR``.
+Every fired fault is appended as event ``kind=fault`` to ``$RESILIENT_EVENTS_FILE`` when set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from resilient_slurm.events import EventLog
+
+FAULT_TYPES = ("exception", "hang", "sigkill", "node")
+NODE_SCENARIO = "xid79"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an ``exception`` fault."""
+
+
+class FaultConfigError(ValueError):
+    """The fault options are inconsistent or cannot be honoured here."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    index: int
+    step: int
+    rank: int
+    type: str
+
+    @property
+    def marker_name(self) -> str:
+        return f"fault_{self.index:03d}-{self.step}-{self.rank}-{self.type}.fired"
+
+
+@dataclass(frozen=True)
+class FaultOptions:
+    count: int = 0
+    seed: int = 0
+    types: tuple[str, ...] = ("exception", "hang", "sigkill")
+    weights: tuple[float, ...] | None = None
+    state_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> FaultOptions:
+        """Options from ``RESILIENT_FAULT_*`` env vars; non-None ``overrides`` (flags) win."""
+        env = os.environ if env is None else env
+        vals: dict[str, object] = {}
+        if env.get("RESILIENT_FAULT_COUNT"):
+            vals["count"] = int(env["RESILIENT_FAULT_COUNT"])
+        if env.get("RESILIENT_FAULT_SEED"):
+            vals["seed"] = int(env["RESILIENT_FAULT_SEED"])
+        if env.get("RESILIENT_FAULT_TYPES"):
+            vals["types"] = env["RESILIENT_FAULT_TYPES"]
+        if env.get("RESILIENT_FAULT_TYPE_WEIGHTS"):
+            vals["weights"] = env["RESILIENT_FAULT_TYPE_WEIGHTS"]
+        if env.get("RESILIENT_FAULT_STATE_DIR"):
+            vals["state_dir"] = env["RESILIENT_FAULT_STATE_DIR"]
+        vals.update({k: v for k, v in overrides.items() if v is not None})
+        types = vals.get("types", cls.types)
+        if isinstance(types, str):
+            types = tuple(t.strip() for t in types.split(",") if t.strip())
+        weights = vals.get("weights")
+        if isinstance(weights, str):
+            weights = tuple(float(w) for w in weights.split(",") if w.strip())
+        return cls(count=int(vals.get("count", 0)), seed=int(vals.get("seed", 0)),  # type: ignore[call-overload]
+                   types=tuple(types),  # type: ignore[arg-type]
+                   weights=tuple(weights) if weights is not None else None,  # type: ignore[arg-type]
+                   state_dir=vals.get("state_dir"))  # type: ignore[arg-type]
+
+
+def compute_schedule(count: int, seed: int, types: Sequence[str], steps: int, world_size: int,
+                     weights: Sequence[float] | None = None, first_step: int = 1) -> list[Fault]:
+    """The fault schedule, sorted by step. Pure and deterministic."""
+    if count < 0:
+        raise FaultConfigError("fault count must be >= 0")
+    if count == 0:
+        return []
+    unknown = [t for t in types if t not in FAULT_TYPES]
+    if unknown or not types:
+        raise FaultConfigError(f"fault types must be a non-empty subset of {FAULT_TYPES}, "
+                               f"got {list(types)}")
+    w = list(weights) if weights is not None else [1.0] * len(types)
+    if len(w) != len(types) or any(x < 0 for x in w) or sum(w) <= 0:
+        raise FaultConfigError(f"fault type weights {w} do not match types {list(types)}")
+    if world_size < 1:
+        raise FaultConfigError("world size must be >= 1")
+    candidates = list(range(max(first_step, 0), steps))
+    if count > len(candidates):
+        raise FaultConfigError(f"{count} faults do not fit in steps [{first_step}, {steps - 1}]")
+    rng = random.Random(f"resilient-faults:{seed}")
+    chosen = sorted(rng.sample(candidates, count))
+    return [Fault(i, step, rng.randrange(world_size), rng.choices(list(types), w)[0])
+            for i, step in enumerate(chosen)]
+
+
+def node_dir_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The sandbox directory of this process's node; raises FaultConfigError if unknown."""
+    env = os.environ if env is None else env
+    root, node = env.get("RESILIENT_SANDBOX_DIR"), env.get("SLURMD_NODENAME")
+    if not root or not node:
+        raise FaultConfigError("a 'node' fault needs RESILIENT_SANDBOX_DIR and SLURMD_NODENAME "
+                               "(run inside the sandbox cluster), or drop 'node' from "
+                               "--fault-types")
+    return os.path.join(root, "nodes", node)
+
+
+def _install_node_scenario(node_dir: str) -> None:
+    from resilient_slurm.healthcheck.simulate import install_scenario  # type: ignore[import-not-found]
+
+    install_scenario(node_dir, NODE_SCENARIO)
+
+
+class FaultInjector:
+    """Fires this rank's scheduled faults, each at most once across restarts."""
+
+    def __init__(self, options: FaultOptions, steps: int, rank: int, world_size: int,
+                 state_dir: str, events_file: str | None = None,
+                 env: Mapping[str, str] | None = None,
+                 actions: Mapping[str, Callable[[Fault], None]] | None = None) -> None:
+        self.env = os.environ if env is None else env
+        self.rank = rank
+        self.state_dir = options.state_dir or state_dir
+        self.schedule = compute_schedule(options.count, options.seed, options.types, steps,
+                                         world_size, options.weights)
+        weights = options.weights or [1.0] * len(options.types)
+        pairs = zip(options.types, weights, strict=False)
+        wants_node = any(t == "node" and w > 0 for t, w in pairs)
+        self.node_dir: str | None = None
+        if options.count > 0 and wants_node:
+            self.node_dir = node_dir_from_env(self.env)  # loud, at schedule time
+        self.mine = {f.step: f for f in self.schedule if f.rank == rank}
+        events_file = events_file if events_file is not None else self.env.get(
+            "RESILIENT_EVENTS_FILE")
+        self.events = EventLog(events_file, "training") if events_file else None
+        self.actions: dict[str, Callable[[Fault], None]] = {
+            "exception": self._raise, "hang": self._hang, "sigkill": self._sigkill,
+            "node": self._node,
+        }
+        if actions:
+            self.actions.update(actions)
+
+    def fired(self) -> list[Fault]:
+        return [f for f in self.schedule if os.path.exists(
+            os.path.join(self.state_dir, f.marker_name))]
+
+    def maybe_fire(self, step: int) -> None:
+        """Call once per step, before the step's work; fires this rank's fault for ``step``."""
+        fault = self.mine.get(step)
+        if fault is None or not self._claim(fault):
+            return
+        if self.events is not None:
+            self.events.emit("fault", step=fault.step, rank=fault.rank, type=fault.type,
+                             index=fault.index, node=self.env.get("SLURMD_NODENAME"),
+                             pid=os.getpid())
+        print(f"[fault] injecting {fault.type} at step {fault.step} on rank {fault.rank}",
+              flush=True)
+        self.actions[fault.type](fault)
+
+    def _claim(self, fault: Fault) -> bool:
+        os.makedirs(self.state_dir, exist_ok=True)
+        path = os.path.join(self.state_dir, fault.marker_name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            rec = {**asdict(fault), "time": time.time(), "pid": os.getpid(),
+                   "node": self.env.get("SLURMD_NODENAME")}
+            os.write(fd, (json.dumps(rec) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+
+    @staticmethod
+    def _raise(fault: Fault) -> None:
+        raise InjectedFault(f"injected exception at step {fault.step} on rank {fault.rank}")
+
+    @staticmethod
+    def _hang(fault: Fault) -> None:
+        while True:
+            time.sleep(3600)
+
+    @staticmethod
+    def _sigkill(fault: Fault) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _node(self, fault: Fault) -> None:
+        assert self.node_dir is not None
+        _install_node_scenario(self.node_dir)
+        os.kill(os.getpid(), signal.SIGKILL)
