@@ -147,6 +147,9 @@ def render_conf(paths: Paths, plan: Plan) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "MailProg=/bin/true",
+        # Lets `scontrol reboot ASAP` be exercised; nothing really reboots in a sandbox.
+        "RebootProgram=/bin/true",
+        "ResumeTimeout=300",
         "KillWait=5",
         "MinJobAge=600",
         "SchedulerParameters=sched_interval=2,bf_interval=2,nohold_on_prolog_fail",

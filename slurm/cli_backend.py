@@ -135,7 +135,15 @@ class CliSlurm:
         self._update_node(node, "DRAIN", sanitize_reason(reason))
 
     def resume(self, node: str) -> None:
-        self._update_node(node, "RESUME")
+        """Return a drained or down node to service; a no-op for a node already in service."""
+        try:
+            self._update_node(node, "RESUME")
+        except SlurmError as exc:
+            if "Invalid node state" not in exc.message:
+                raise
+            current = self.node(node)
+            if current.drain or current.state == "DOWN":
+                raise
 
     def down(self, node: str, reason: str) -> None:
         self._update_node(node, "DOWN", sanitize_reason(reason))

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian 12/13 machine (root): Slurm + munge from Debian,
+# a venv in .venv with CPU torch first, then the project with its extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+need_apt=0
+for prog in slurmctld slurmd munged scontrol srun sbatch; do
+    command -v "$prog" >/dev/null 2>&1 || [ -x "/usr/sbin/$prog" ] || need_apt=1
+done
+if [ "$need_apt" = 1 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: Slurm is missing and installing it needs root:" >&2
+        echo "  apt-get install -y --no-install-recommends slurm-wlm slurmctld slurmd slurm-client munge" >&2
+        exit 1
+    fi
+    echo "setup: installing Slurm and munge from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends slurm-wlm slurmctld slurmd slurm-client munge >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.resilient-setup
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing Python packages (torch CPU build first)"
+    .venv/bin/pip install -q --upgrade pip setuptools wheel
+    # torch before anything that depends on it: 2.13.0 is the local CPU wheel.
+    .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0
+    .venv/bin/pip install -q -e ".[train,test,plot]"
+    touch "$stamp"
+fi

@@ -1,0 +1,72 @@
+"""`resilient-slurm sandbox` as a person uses it: up, srun, status, env, down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from click.testing import CliRunner
+
+from resilient_slurm.cli import main
+from resilient_slurm.sandbox import cluster
+from resilient_slurm.sandbox.cluster import Paths, sandbox_processes
+
+from ..conftest import require_sandbox
+
+CLI = [sys.executable, "-m", "resilient_slurm.cli"]
+
+
+@pytest.mark.slurm
+def test_up_srun_down_leaves_nothing() -> None:
+    require_sandbox()
+    root = tempfile.mkdtemp(prefix="rs-test-cli-")
+    up = subprocess.run([*CLI, "sandbox", "up", "--nodes", "4", "--dir", root],
+                        capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        conf_lines = [ln for ln in up.stdout.splitlines() if ln.startswith("SLURM_CONF=")]
+        assert len(conf_lines) == 1
+        conf = conf_lines[0].split("=", 1)[1]
+        env = {**os.environ, "SLURM_CONF": conf}
+        out = subprocess.run(["srun", "-N4", "hostname"], env=env, capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        assert len(out.strip().splitlines()) == 4
+        exports = subprocess.run([*CLI, "sandbox", "env", "--dir", root], capture_output=True,
+                                 text=True, check=True).stdout
+        assert f"export SLURM_CONF={conf}" in exports
+        status = subprocess.run([*CLI, "sandbox", "status", "--dir", root], capture_output=True,
+                                text=True, check=True).stdout
+        assert status.count("idle") == 4
+        assert sandbox_processes(Paths(root))  # daemons are running now...
+    finally:
+        down = subprocess.run([*CLI, "sandbox", "down", "--dir", root], capture_output=True,
+                              text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert sandbox_processes(Paths(root)) == []  # ...and none after down
+    again = subprocess.run([*CLI, "sandbox", "status", "--dir", root], capture_output=True,
+                           text=True)
+    assert again.returncode != 0 and "Traceback" not in again.stderr
+
+
+def test_missing_slurm_says_what_to_install(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(cluster, "SBIN_PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    result = CliRunner().invoke(main, ["sandbox", "up", "--dir", str(tmp_path / "sbx")])
+    assert result.exit_code == 1
+    assert "apt-get install" in result.output and "slurmctld" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_not_root_is_a_clear_error(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = CliRunner().invoke(main, ["sandbox", "up", "--dir", str(tmp_path / "sbx")])
+    assert result.exit_code == 1 and "root" in result.output
+
+
+def test_bad_node_count_is_usage_error(tmp_path) -> None:
+    result = CliRunner().invoke(main, ["sandbox", "up", "--nodes", "0", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "--nodes" in result.output

@@ -1,0 +1,140 @@
+"""The Slurm seam against a real 4-node sandbox (no fakes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from resilient_slurm.sandbox import lifecycle
+from resilient_slurm.sandbox.cluster import read_meta
+from resilient_slurm.slurm import SlurmError, connect
+
+pytestmark = pytest.mark.slurm
+
+
+def wait_until(pred, timeout: float = 30.0, every: float = 0.3):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def sinfo_reason(conf: str, node: str) -> tuple[str, str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"], capture_output=True,
+                         text=True, env={**os.environ, "SLURM_CONF": conf}, check=True).stdout
+    state, reason = out.strip().split("|", 1)
+    return state, reason
+
+
+def test_drain_and_resume(sandbox, slurm) -> None:
+    reason = "rhc:XID79 gpu3"
+    slurm.drain("node3", reason)
+    state, shown = sinfo_reason(sandbox.conf, "node3")
+    assert state == "drained" and shown == reason
+    node = slurm.node("node3")
+    assert node.drain and node.reason == reason and not node.available
+    slurm.resume("node3")
+    wait_until(lambda: slurm.node("node3").state == "IDLE" and not slurm.node("node3").flags)
+    assert sinfo_reason(sandbox.conf, "node3")[0] == "idle"
+
+
+def test_reason_is_sanitised(slurm) -> None:
+    slurm.drain("node4", "bad\nreason; $(touch /tmp/x) " + "y" * 500)
+    try:
+        reason = slurm.node("node4").reason
+        assert "\n" not in reason and "$(" not in reason and len(reason) <= 64
+    finally:
+        slurm.resume("node4")
+        wait_until(lambda: slurm.node("node4").state == "IDLE")
+
+
+def test_reboot_asap_marks_busy_node_then_cancel(sandbox, slurm, tmp_path) -> None:
+    """On a busy node, reboot ASAP drains it and waits; cancel_reboot + resume undo it."""
+    env = {**os.environ, "SLURM_CONF": sandbox.conf}
+    script = tmp_path / "sleep.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    jid = slurm.submit(str(script), ["-N1", "-w", "node2", "--output=/dev/null"], env=env)
+    try:
+        wait_until(lambda: slurm.job(jid).state == "RUNNING")
+        slurm.reboot_asap("node2", "rhc:XID79 gpu0")
+        node = slurm.node("node2")
+        assert "REBOOT_REQUESTED" in node.flags and node.drain
+        assert node.reason.startswith("rhc:XID79 gpu0")
+    finally:
+        slurm.cancel_reboot("node2")
+        slurm.cancel(jid)
+        slurm.resume("node2")
+    wait_until(lambda: slurm.node("node2").state == "IDLE" and not slurm.node("node2").flags)
+
+
+def test_requeue_with_excluded_node(sandbox, slurm, tmp_path) -> None:
+    record = tmp_path / "runs.txt"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f'echo "$SLURM_RESTART_COUNT $SLURM_JOB_NODELIST" >> {record}\n'
+        "sleep 300\n"
+    )
+    env = {**os.environ, "SLURM_CONF": sandbox.conf}
+    jid = slurm.submit(str(script), ["-N2", "--requeue", f"--output={tmp_path}/out-%j.txt",
+                                     "--open-mode=append"], env=env)
+    try:
+        job = wait_until(lambda: (j := slurm.job(jid)).state == "RUNNING" and record.exists() and j)
+        assert job.requeue and len(job.nodes) == 2 and job.restart_count == 0
+        excluded = job.nodes[1]
+        slurm.requeue(jid, hold=True)
+        wait_until(lambda: slurm.job(jid).state == "PENDING" and slurm.job(jid).held)
+        slurm.set_excluded(jid, [excluded])
+        slurm.release(jid)
+        job = wait_until(lambda: (j := slurm.job(jid)).state == "RUNNING"
+                         and len(record.read_text().splitlines()) == 2 and j, timeout=60)
+        assert job.excluded == (excluded,)
+        assert job.restart_count == 1
+        assert excluded not in job.nodes and len(job.nodes) == 2
+        count, nodelist = record.read_text().splitlines()[1].split()
+        assert count == "1"
+        from resilient_slurm.slurm import expand
+        assert excluded not in expand(nodelist)
+        plain = slurm.requeue  # plain requeue also works on a running job
+        plain(jid)
+        wait_until(lambda: slurm.job(jid).restart_count == 2, timeout=30)
+    finally:
+        slurm.cancel(jid)
+
+
+def test_unknown_node_and_job_raise(slurm) -> None:
+    with pytest.raises(SlurmError, match="node9"):
+        slurm.node("node9")
+    with pytest.raises(SlurmError, match="Invalid node name"):
+        slurm.drain("node9", "x")
+    with pytest.raises(SlurmError, match="999999"):
+        slurm.job(999999)
+    with pytest.raises(SlurmError):
+        slurm.requeue(999999)
+    with pytest.raises(SlurmError, match="invalid job id"):
+        slurm.job("1; rm -rf /")
+
+
+def test_controller_down_raises_within_timeout() -> None:
+    """A second sandbox runs beside the session one; its controller is stopped."""
+    root = tempfile.mkdtemp(prefix="rs-test-down-")
+    paths = lifecycle.up(root, nodes=1)
+    try:
+        meta = read_meta(paths)
+        ctld = meta["pids"][1]  # munged, slurmctld, slurmd...
+        os.kill(ctld, 9)
+        s = connect(conf=paths.conf, backend="cli", timeout=3)
+        start = time.monotonic()
+        with pytest.raises(SlurmError) as err:
+            s.nodes()
+        assert time.monotonic() - start < 3 + 1.5
+        assert "slurm" in str(err.value).lower() or "no answer" in str(err.value)
+    finally:
+        assert lifecycle.down(root) == []
