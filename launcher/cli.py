@@ -1,0 +1,196 @@
+"""``resilient-launch``: write it where the batch script said ``srun torchrun``.
+
+Runs one ``ft_launcher`` per node (NVRx does in-job restarts in seconds) and handles what
+needs the scheduler: blaming bad nodes, relaunching without them, requeueing with them
+excluded, and stopping with a verdict instead of a requeue storm.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+import click
+from resilient_slurm.launcher import plan
+from resilient_slurm.launcher.supervisor import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    Settings,
+    Supervisor,
+)
+
+EPILOG = """\b
+Exit codes:
+  0  training completed
+  2  usage or configuration error (also: not inside a Slurm allocation)
+  3  no-progress verdict: no new committed checkpoint across --no-progress-limit
+     cycles/requeues (a deterministic crash); not requeued
+  4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
+  5  requeued: Slurm restarts this batch script, blamed nodes excluded
+  1  internal error
+\b
+State (--state-dir): events.jsonl (every cycle, fault, blame, exclusion, requeue,
+verdict; training events land there too via RESILIENT_EVENTS_FILE), ledger.json
+(strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node exit records, health
+sweep answers, torchelastic logs). Report: resilient-slurm report STATE_DIR.
+"""
+
+
+def _default_ckpt(args: tuple[str, ...]) -> str | None:
+    for i, a in enumerate(args):
+        if a.startswith("--checkpoint-dir="):
+            return a.split("=", 1)[1]
+        if a == "--checkpoint-dir" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _die(msg: str) -> None:
+    click.echo(f"resilient-launch: error: {msg}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_interspersed_args": False,
+                                 "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.option("--nproc-per-node", "--nproc_per_node", default="1", show_default=True,
+              help="Workers per node (int, gpu, cpu, auto).")
+@click.option("-m", "--module", is_flag=True, help="Run SCRIPT as a Python module.")
+@click.option("--min-nodes", type=click.IntRange(1), default=None,
+              help="Fewest nodes to train on before requeueing [default: all allocated].")
+@click.option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
+              help="In-job restarts per cycle (ft_launcher --max-restarts).")
+@click.option("--max-requeues", type=click.IntRange(0), default=3, show_default=True,
+              help="Requeues allowed; SLURM_RESTART_COUNT never exceeds it.")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1), default=60.0,
+              show_default=True, help="Seconds without a rank heartbeat before a restart.")
+@click.option("--initial-heartbeat-timeout", type=click.FloatRange(min=0.1), default=300.0,
+              show_default=True, help="Seconds allowed until a rank's first heartbeat.")
+@click.option("--term-timeout", type=click.FloatRange(min=0.1), default=10.0,
+              show_default=True, help="Seconds between SIGTERM and SIGKILL of ranks.")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
+              help="Training checkpoints (progress is read from here) [default: the "
+                   "script's own --checkpoint-dir].")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Launcher state on shared storage [default: CHECKPOINT_DIR/.resilient].")
+@click.option("--no-progress-limit", type=click.IntRange(1), default=3, show_default=True,
+              help="Stop (exit 3) after this many failed cycles/requeues in a row without a "
+                   "new committed checkpoint.")
+@click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
+              help="Ambiguous failures before a node is excluded.")
+@click.option("--health-config", type=click.Path(dir_okay=False), default=None,
+              envvar="RESILIENT_HEALTH_CONFIG", help="Config for the per-node health sweep.")
+@click.option("--health-timeout", type=click.FloatRange(min=1), default=30.0,
+              show_default=True, help="Seconds the health sweep may take.")
+@click.option("--ft-arg", "ft_args", multiple=True, metavar="FLAG",
+              help="Extra ft_launcher flag, passed through (repeat), e.g. "
+                   "--ft-arg=--ft-restart-policy=min-healthy.")
+@click.option("--srun-arg", "srun_args", multiple=True, metavar="FLAG",
+              help="Extra srun flag for the training step (repeat).")
+@click.option("--ft-launcher", default="ft_launcher", show_default=True,
+              help="The ft_launcher program.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and command lines; run nothing.")
+@click.argument("script")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
+         min_nodes: int | None, max_restarts: int, max_requeues: int, heartbeat_timeout: float,
+         initial_heartbeat_timeout: float, term_timeout: float, checkpoint_dir: str | None,
+         state_dir: str | None, no_progress_limit: int, max_strikes: int,
+         health_config: str | None, health_timeout: float, ft_args: tuple[str, ...],
+         srun_args: tuple[str, ...], ft_launcher: str, dry_run: bool) -> None:
+    """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
+
+    \b
+    In an sbatch script, instead of `srun torchrun --nproc-per-node 8 train.py ...`:
+      resilient-launch --nproc-per-node 8 --min-nodes 30 train.py --checkpoint-dir /ckpt
+    """
+    env = dict(os.environ)
+    try:
+        alloc = plan.Allocation.from_env(env)
+    except plan.PlanError as exc:
+        _die(str(exc))
+    ckpt = checkpoint_dir or _default_ckpt(args)
+    if not ckpt:
+        _die("--checkpoint-dir is required (or pass --checkpoint-dir to the script)")
+    assert ckpt is not None
+    ckpt = os.path.abspath(ckpt)
+    sdir = os.path.abspath(state_dir or os.path.join(ckpt, ".resilient"))
+    if min_nodes is not None and min_nodes > len(alloc.nodes):
+        _die(f"--min-nodes {min_nodes} > {len(alloc.nodes)} allocated node(s)")
+    opts = plan.LaunchOptions(
+        script=script, script_args=args, module=module, nproc_per_node=nproc_per_node,
+        max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
+        initial_heartbeat_timeout=initial_heartbeat_timeout, term_timeout=term_timeout,
+        ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
+    sandbox = env.get("RESILIENT_SANDBOX_DIR")
+    if health_config is None and sandbox:
+        health_config = _sandbox_health_config(sdir, sandbox)
+    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
+                   min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
+                   no_progress_limit=no_progress_limit, max_strikes=max_strikes,
+                   health_config=health_config, health_timeout=health_timeout)
+    try:
+        feats = plan.detect_features(ft_launcher)
+    except plan.PlanError as exc:
+        _die(str(exc))
+    from resilient_slurm.slurm import SlurmError, connect
+
+    try:
+        slurm = connect()
+    except SlurmError as exc:
+        _die(f"cannot reach Slurm: {exc}")
+    if dry_run:
+        _print_plan(slurm, alloc, opts, feats, cfg)
+        return
+    try:
+        code = Supervisor(slurm, alloc, opts, feats, cfg, env).run()
+    except Exception as exc:  # noqa: BLE001 - one clear line, the exit code says "internal"
+        click.echo(f"resilient-launch: internal error: {type(exc).__name__}: {exc}", err=True)
+        code = EXIT_ERROR
+    sys.exit(code)
+
+
+def _sandbox_health_config(state_dir: str, sandbox: str) -> str:
+    from resilient_slurm.fsutil import atomic_write
+
+    path = os.path.join(state_dir, "health.toml")
+    simulate = os.path.join(sandbox, "nodes", "{node}", "scenario.toml")
+    atomic_write(path, f'[health]\nsimulate = "{simulate}"\n')
+    return path
+
+
+def _print_plan(slurm: object, alloc: plan.Allocation, opts: plan.LaunchOptions,
+                feats: plan.Features, cfg: Settings) -> None:
+    from resilient_slurm.launcher import evidence, ledger
+
+    led = ledger.load(cfg.state_dir)
+    nodes = led.usable(list(alloc.nodes))
+    addrs = evidence.node_addresses(slurm, list(alloc.nodes))
+    cycle_dir = os.path.join(cfg.state_dir, "cycles", f"r{alloc.restart_count}-c{led.cycles + 1}")
+    echo = click.echo
+    echo(f"job {alloc.job_id} restart {alloc.restart_count}/{cfg.max_requeues}: allocation "
+         f"{','.join(alloc.nodes)}; excluded {','.join(sorted(led.excluded)) or '-'}")
+    echo(f"nodes: {','.join(nodes)} (min {cfg.min_nodes}); addresses: "
+         + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
+    echo(f"nvidia-resiliency-ext {feats.version or '?'}: "
+         + ", ".join(f"{k}={feats.flag(k) or '-'}" for k in plan.FT_FLAGS))
+    echo(f"checkpoints: {cfg.checkpoint_dir}; state: {cfg.state_dir}; budgets: "
+         f"{opts.max_restarts} in-job restarts/cycle, {cfg.max_requeues} requeues, "
+         f"no-progress limit {cfg.no_progress_limit}, {cfg.max_strikes} strikes")
+    if len(nodes) < cfg.min_nodes:
+        echo("plan: too few usable nodes: requeue with exclusions")
+        return
+    cyc = plan.plan_cycle(alloc, opts, feats, nodes, addrs, led.cycles + 1, cycle_dir)
+    echo(f"cycle {cyc.number}: rendezvous {cyc.endpoint} id {cyc.rdzv_id}")
+    echo(shlex.join(cyc.argv))
+    from resilient_slurm.launcher.evidence import health_program
+
+    echo("health sweep after a failed cycle: " + shlex.join(plan.srun_command(
+        list(alloc.nodes), [health_program(), "check", "--json",
+                            *(["--config", cfg.health_config] if cfg.health_config else [])],
+        ["--overlap"], alloc.job_id)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,204 @@
+"""What one launch cycle runs: the allocation, NVRx flags, rendezvous and the srun command line.
+
+Pure functions over plain values (environment, ``ft_launcher --help`` text), so the command
+lines are tested without Slurm or NVRx. ``detect_features`` is the only part that runs a program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from resilient_slurm import proc
+from resilient_slurm.slurm import HostlistError, expand
+
+# Canonical option -> spellings seen across NVRx releases (0.4.1 first). The first spelling
+# that the installed ``ft_launcher --help`` lists is used; an option no release lists is skipped.
+FT_FLAGS: dict[str, tuple[str, ...]] = {
+    "initial_heartbeat": ("--ft-initial-rank-heartbeat-timeout",
+                          "--ft-param-initial_rank_heartbeat_timeout"),
+    "heartbeat": ("--ft-rank-heartbeat-timeout", "--ft-param-rank_heartbeat_timeout"),
+    "nic_monitor": ("--ft-enable-nic-monitor", "--ft-param-enable-nic-monitor"),
+    "ignore_missing_cfg": ("--ignore-missing-fault-tol-cfg",),
+    "term_timeout": ("--term-timeout",),
+    "workers_stop_timeout": ("--workers-stop-timeout",),
+    "monitor_interval": ("--monitor-interval",),
+    "restart_check_interval": ("--ft-restart-check-interval",
+                               "--ft-param-restart_check_interval"),
+    "local_addr": ("--local-addr",),
+    "log_dir": ("--log-dir",),
+}
+LOCAL_ADDR = "{local_addr}"  # substituted per node by ``resilient_slurm.launcher.node``
+NODE = "{node}"
+
+
+class PlanError(ValueError):
+    """The launch cannot be planned (not in an allocation, bad option): exit 2."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The Slurm allocation this batch script runs in."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    restart_count: int = 0
+    cluster: str = ""
+    batch_node: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Allocation:
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not job or not nodelist:
+            raise PlanError("not inside a Slurm allocation (SLURM_JOB_ID / SLURM_JOB_NODELIST "
+                            "unset): run resilient-launch from an sbatch script or salloc")
+        try:
+            nodes = tuple(expand(nodelist))
+            job_id = int(job)
+        except (HostlistError, ValueError) as exc:
+            raise PlanError(f"cannot read the allocation from the environment: {exc}") from None
+        return cls(job_id=job_id, nodes=nodes,
+                   restart_count=int(env.get("SLURM_RESTART_COUNT") or 0),
+                   cluster=env.get("SLURM_CLUSTER_NAME", ""),
+                   batch_node=env.get("SLURMD_NODENAME", ""))
+
+
+@dataclass(frozen=True)
+class Features:
+    """The options the installed ``ft_launcher`` accepts."""
+
+    flags: frozenset[str]
+    version: str = ""
+
+    def flag(self, name: str) -> str | None:
+        return next((f for f in FT_FLAGS[name] if f in self.flags), None)
+
+
+def parse_help(text: str) -> frozenset[str]:
+    """Every long option named in an argparse ``--help`` text."""
+    return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", text))
+
+
+def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> Features:
+    """Run ``ft_launcher --help`` and read which flags this NVRx release has."""
+    out = proc.run([ft_launcher, "--help"], timeout=timeout)
+    if not out.ok:
+        raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
+                        "install nvidia-resiliency-ext>=0.4.1")
+    version = ""
+    try:
+        from importlib.metadata import version as _version
+
+        version = _version("nvidia-resiliency-ext")
+    except Exception:  # noqa: BLE001 - the version is informative only
+        pass
+    return Features(parse_help(out.stdout + out.stderr), version)
+
+
+@dataclass
+class LaunchOptions:
+    """The user's options (CLI) that shape each cycle."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    module: bool = False
+    nproc_per_node: str = "1"
+    max_restarts: int = 3
+    heartbeat_timeout: float = 60.0
+    initial_heartbeat_timeout: float = 300.0
+    term_timeout: float = 10.0
+    ft_args: tuple[str, ...] = ()
+    srun_args: tuple[str, ...] = ()
+    ft_launcher: str = "ft_launcher"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def rdzv_port(alloc: Allocation, cycle: int, low: int = 20000, span: int = 30000) -> int:
+    """A port derived from the job (cluster, id, requeue) and cycle: fresh each cycle."""
+    key = f"{alloc.cluster}:{alloc.job_id}:{alloc.restart_count}:{cycle}".encode()
+    return low + int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % span
+
+
+def rdzv_id(alloc: Allocation, cycle: int) -> str:
+    return f"rs-{alloc.job_id}-r{alloc.restart_count}-c{cycle}"
+
+
+def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str, rid: str,
+               log_dir: str | None = None) -> list[str]:
+    """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
+    argv = [opts.ft_launcher, f"--nnodes={nnodes}", f"--nproc-per-node={opts.nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rid}",
+            f"--max-restarts={opts.max_restarts}"]
+    given = {a.split("=", 1)[0] for a in opts.ft_args if a.startswith("--")}
+
+    def add(name: str, value: object | None = None) -> None:
+        flag = feats.flag(name)
+        if flag is None or flag in given:
+            return
+        argv.append(flag if value is None else f"{flag}={value}")
+
+    add("local_addr", LOCAL_ADDR)
+    add("initial_heartbeat", _num(opts.initial_heartbeat_timeout))
+    add("heartbeat", _num(opts.heartbeat_timeout))
+    add("nic_monitor", "false")
+    add("ignore_missing_cfg")
+    add("term_timeout", _num(opts.term_timeout))
+    add("workers_stop_timeout", _num(opts.term_timeout))
+    add("monitor_interval", 1)
+    if log_dir:
+        add("log_dir", log_dir)
+    argv += list(opts.ft_args)
+    if opts.module:
+        argv.append("-m")
+    return [*argv, opts.script, *opts.script_args]
+
+
+def node_wrapper(record_dir: str, addrs: Mapping[str, str]) -> list[str]:
+    """The per-node shim: records each node's exit code, fills in ``{local_addr}``/``{node}``."""
+    return [sys.executable, "-m", "resilient_slurm.launcher.node", f"--record-dir={record_dir}",
+            "--addrs=" + ",".join(f"{n}={a}" for n, a in addrs.items()), "--"]
+
+
+def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str] = (),
+                 job_id: int | None = None) -> list[str]:
+    """One task per node on exactly ``nodes``."""
+    argv = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--wait=0", "--unbuffered"]
+    if job_id is not None:
+        argv.append(f"--jobid={job_id}")
+    return [*argv, *extra, *inner]
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """Everything one cycle runs, for running and for ``--dry-run``."""
+
+    number: int
+    nodes: tuple[str, ...]
+    endpoint: str
+    rdzv_id: str
+    argv: tuple[str, ...]
+    record_dir: str
+
+
+def plan_cycle(alloc: Allocation, opts: LaunchOptions, feats: Features, nodes: Sequence[str],
+               addrs: Mapping[str, str], cycle: int, cycle_dir: str) -> Cycle:
+    if not nodes:
+        raise PlanError("no node left to launch on")
+    endpoint = f"{addrs.get(nodes[0]) or nodes[0]}:{rdzv_port(alloc, cycle)}"
+    rid = rdzv_id(alloc, cycle)
+    record_dir = os.path.join(cycle_dir, "nodes")
+    ft = ft_command(opts, feats, len(nodes), endpoint, rid,
+                    log_dir=os.path.join(cycle_dir, "torchelastic", NODE))
+    wrapper = node_wrapper(record_dir, {n: addrs.get(n, "") for n in nodes})
+    argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id)
+    return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
