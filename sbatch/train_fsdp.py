@@ -1,0 +1,250 @@
+"""Example resilient training: a small transformer under FSDP2 with async checkpoints,
+NVRx heartbeats and seeded fault injection.
+
+Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
+NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
+(model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
+and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one.
+
+Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``resume``
+(step resumed from, 0 = fresh), ``progress`` (step, loss, step_time) every ``--log-every``
+steps and at each commit, ``checkpoint`` (step, stall) when a save is committed, ``complete``
+(step, digest). Faults (every rank): ``fault`` (step, rank, type, node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import random
+import socket
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from resilient_slurm.events import EventLog
+from resilient_slurm.training import fsdp_state
+from resilient_slurm.training.checkpoint import Checkpointer
+from resilient_slurm.training.digest import tensor_digest
+from resilient_slurm.training.faults import FaultInjector, FaultOptions
+from resilient_slurm.training.layout import latest_commit
+from resilient_slurm.training.liveness import Liveness
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--checkpoint-dir", default="checkpoints")
+    p.add_argument("--checkpoint-every", type=int, default=20)
+    p.add_argument("--keep", type=int, default=3, help="committed saves to keep")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--sync-checkpoint", action="store_true",
+                   help="blocking torch.save instead of the async writer")
+    p.add_argument("--checkpoint-backend", default="auto", choices=["auto", "nvrx", "fork"],
+                   help="async writer (ignored with --sync-checkpoint)")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="artificial per-step compute time in seconds")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--pg-timeout", type=float, default=300.0,
+                   help="process-group timeout in seconds (how long healthy ranks wait)")
+    p.add_argument("--fault-count", type=int, default=None, help="env RESILIENT_FAULT_COUNT")
+    p.add_argument("--fault-seed", type=int, default=None, help="env RESILIENT_FAULT_SEED")
+    p.add_argument("--fault-types", default=None,
+                   help="comma list of exception,hang,sigkill,node (env RESILIENT_FAULT_TYPES)")
+    p.add_argument("--fault-type-weights", default=None,
+                   help="comma list matching --fault-types (env RESILIENT_FAULT_TYPE_WEIGHTS)")
+    p.add_argument("--fault-state-dir", default=None,
+                   help="default <checkpoint-dir>/faults (env RESILIENT_FAULT_STATE_DIR)")
+    return p.parse_args(argv)
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab: int, d_model: int, layers: int, heads: int, seq_len: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.1,
+                                       batch_first=True, norm_first=True)
+            for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+        mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            h = block(h, src_mask=self.mask, is_causal=True)
+        return self.head(self.norm(h))
+
+
+def batch(args: argparse.Namespace, step: int, rank: int,
+          device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic data, a pure function of (seed, step, rank): the data position is the step.
+    Each sequence counts up by its own stride modulo the vocabulary."""
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1_009 + rank)
+    start = torch.randint(0, args.vocab, (args.batch_size, 1), generator=g)
+    stride = torch.randint(1, 4, (args.batch_size, 1), generator=g)
+    seq = (start + stride * torch.arange(args.seq_len + 1)) % args.vocab
+    return seq[:, :-1].to(device), seq[:, 1:].to(device)
+
+
+def setup_distributed(timeout_s: float) -> tuple[int, int, int, torch.device]:
+    use_cuda = torch.cuda.is_available()
+    if "RANK" not in os.environ:  # alone: a one-process group on a free local port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_world, 1)))
+    dist.init_process_group("nccl" if use_cuda else "gloo",
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size(), local_rank, device
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world, _, device = setup_distributed(args.pg_timeout)
+    events_path = os.environ.get("RESILIENT_EVENTS_FILE")
+    events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
+    node = os.environ.get("SLURMD_NODENAME")
+
+    def log(msg: str) -> None:
+        if rank == 0:
+            print(f"[train rank0] {msg}", flush=True)
+
+    liveness = Liveness()
+    faults = FaultOptions.from_env(count=args.fault_count, seed=args.fault_seed,
+                                   types=args.fault_types, weights=args.fault_type_weights,
+                                   state_dir=args.fault_state_dir)
+    injector = FaultInjector(faults, args.steps, rank, world,
+                             state_dir=os.path.join(args.checkpoint_dir, "faults"))
+    if injector.schedule:
+        log("fault schedule: " + ", ".join(f"step {f.step} rank {f.rank} {f.type}"
+                                           for f in injector.schedule))
+
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    model = TinyTransformer(args.vocab, args.d_model, args.layers, args.heads, args.seq_len)
+    model.to(device)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    torch.manual_seed(args.seed + 1 + rank)  # per-rank dropout stream
+
+    backend = "sync" if args.sync_checkpoint else args.checkpoint_backend
+    ckpt = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep,
+                        backend=backend, heartbeat=liveness.beat)
+    start = 0
+    with liveness.keepalive():
+        commit = latest_commit(ckpt.directory)
+        if commit is not None and commit.world_size == world:
+            start, saved = ckpt.load(commit.step)  # type: ignore[misc]
+            fsdp_state.restore(model, optimizer, saved["train"])
+            set_rng_state(saved["rng"])
+            assert saved["data"]["position"] == start
+        elif commit is not None:  # elastic: another world size; exact resume is not possible
+            start, states = ckpt.load_all(commit.step)  # type: ignore[misc]
+            fsdp_state.restore_resharded(model, optimizer, [s["train"] for s in states])
+            log(f"resharded save {start} from {commit.world_size} to {world} ranks")
+    log(f"world {world} on {device} ({ckpt.backend} checkpoints), "
+        f"{f'resuming from step {start}' if start else 'fresh start'}, node={node}")
+    if events:
+        events.emit("resume", step=start, fresh=start == 0, world_size=world, node=node,
+                    restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+                    requeue=os.environ.get("SLURM_RESTART_COUNT"))
+
+    loss_value, step_time = math.nan, 0.0
+    for step in range(start + 1, args.steps + 1):
+        liveness.beat()
+        injector.maybe_fire(step)
+        t0 = time.perf_counter()
+        x, y = batch(args, step, rank, device)
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+        step_time = time.perf_counter() - t0
+        loss_value = float(loss.detach())
+        for committed in ckpt.poll():
+            log(f"checkpoint {committed} committed")
+            if events:
+                events.emit("checkpoint", step=committed)
+                events.emit("progress", step=step, loss=loss_value, step_time=step_time)
+        if ckpt.due(step) or step == args.steps:
+            state = {"step": step, "train": fsdp_state.capture(model, optimizer),
+                     "rng": rng_state(), "data": {"position": step}, "world_size": world}
+            stall = ckpt.save(step, state)
+            log(f"step {step} save scheduled, stall {stall * 1e3:.1f} ms")
+        if step % args.log_every == 0 or step == args.steps:
+            log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms")
+            if events:
+                events.emit("progress", step=step, loss=loss_value, step_time=step_time)
+
+    with liveness.keepalive():
+        ckpt.close()
+        if start < args.steps:
+            ckpt.wait_committed(args.steps, timeout=args.pg_timeout)
+        for committed in ckpt.poll():
+            if events:
+                events.emit("checkpoint", step=committed)
+    digest = tensor_digest(fsdp_state.full_model_state(model))
+    digests: list[Any] = [None] * world
+    dist.all_gather_object(digests, digest)
+    if len(set(digests)) != 1:
+        print(f"rank {rank}: digests differ across ranks: {digests}", file=sys.stderr)
+        return 1
+    print(f"weights digest: {digest}", flush=True)
+    if events:
+        events.emit("complete", step=args.steps, digest=digest, loss=loss_value)
+    liveness.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

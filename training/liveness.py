@@ -1,0 +1,87 @@
+"""Heartbeats to NVRx's rank monitor when running under ``ft_launcher``; a no-op otherwise.
+
+``ft_launcher`` exports ``FT_RANK_MONITOR_IPC_SOCKET`` to each rank; that is the signal that a
+monitor is listening. :meth:`Liveness.beat` sends a heartbeat (rate-limited, so calling it every
+step is cheap). :meth:`Liveness.keepalive` sends heartbeats from a helper thread around a
+bounded blocking operation (loading a checkpoint, finalizing saves at exit) so that it does not
+trip the hang detector; a real hang elsewhere still stops the heartbeats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MONITOR_SOCKET_ENV = "FT_RANK_MONITOR_IPC_SOCKET"
+
+
+class Liveness:
+    def __init__(self, min_interval: float = 0.5, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ) if env is None else env
+        self.min_interval = min_interval
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._last = 0.0
+        if env.get(MONITOR_SOCKET_ENV):
+            self._client = self._connect()
+
+    @staticmethod
+    def _connect() -> Any:
+        try:
+            from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+        except ImportError as exc:
+            raise RuntimeError(f"{MONITOR_SOCKET_ENV} is set but nvidia-resiliency-ext's "
+                               f"fault_tolerance cannot be imported: {exc}") from exc
+        client = RankMonitorClient()
+        client.init_workload_monitoring()
+        return client
+
+    @property
+    def active(self) -> bool:
+        return self._client is not None
+
+    def beat(self, force: bool = False) -> None:
+        if self._client is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.min_interval:
+            return
+        with self._lock:
+            self._client.send_heartbeat()
+            self._last = now
+
+    @contextlib.contextmanager
+    def keepalive(self, interval: float = 1.0) -> Iterator[None]:
+        """Heartbeats every ``interval`` seconds while the block runs."""
+        if self._client is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(interval):
+                with contextlib.suppress(Exception):
+                    self.beat(force=True)
+
+        self.beat(force=True)
+        thread = threading.Thread(target=run, name="liveness-keepalive", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.beat(force=True)
+
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.shutdown_workload_monitoring()
+            self._client = None
