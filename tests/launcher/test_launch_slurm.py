@@ -1,0 +1,134 @@
+"""resilient-launch on a real 4-node sandbox: in-job restart, elastic exclusion, requeue with
+exclusion, no-progress verdict. Uses ``tiny_train.py`` (NVRx heartbeats, training checkpoint
+layout, targeted faults) so each run takes seconds on 2 cores."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from resilient_slurm.events import read_events
+from resilient_slurm.launcher import supervisor as sup
+
+pytestmark = pytest.mark.slurm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = os.path.join(HERE, "tiny_train.py")
+BIN = os.path.dirname(sys.executable)
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+
+@pytest.fixture()
+def clean(sandbox, slurm):  # type: ignore[no-untyped-def]
+    """Every node healthy and idle before a test."""
+    for n in slurm.nodes():
+        scen = os.path.join(sandbox.node_dir(n.name), "scenario.toml")
+        if os.path.exists(scen):
+            os.unlink(scen)
+        if n.drain or not n.available:
+            slurm.resume(n.name)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(
+            n.state == "IDLE" and not n.flags for n in slurm.nodes()):
+        time.sleep(0.3)
+    return sandbox
+
+
+def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[str],
+           options: tuple[str, ...] = ()) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    ckpt = str(tmp_path / "ckpt")
+    script = tmp_path / "job.sbatch"
+    argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
+            "--heartbeat-timeout=8", "--initial-heartbeat-timeout=60", "--term-timeout=3",
+            "--health-timeout=20", *launch, TINY, "--checkpoint-dir", ckpt,
+            "--steps=10", "--checkpoint-every=2", "--step-sleep=0.3", *train]
+    script.write_text("#!/bin/bash\nexec " + " ".join(argv) + "\n")
+    env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
+           "PATH": BIN + ":" + os.environ.get("PATH", "")}
+    out = str(tmp_path / "slurm-%j.out")
+    jid = slurm.submit(str(script), [f"--nodes={nodes}", "--requeue", "--open-mode=append",
+                                     f"--output={out}", "--job-name=rl-test", *options], env=env)
+    return jid, ckpt, os.path.join(ckpt, ".resilient")
+
+
+def wait_job(slurm, jid: int, timeout: float = 150):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    job = slurm.job(jid)
+    while time.monotonic() < deadline:
+        job = slurm.job(jid)
+        if job.state in TERMINAL:
+            return job
+        time.sleep(1)
+    slurm.cancel(jid)
+    raise AssertionError(f"job {jid} still {job.state} after {timeout}s")
+
+
+def kinds(state: str, kind: str) -> list[dict]:
+    return [e for e in read_events(os.path.join(state, "events.jsonl")) if e["kind"] == kind]
+
+
+def log_of(tmp_path, jid: int) -> str:  # type: ignore[no-untyped-def]
+    p = tmp_path / f"slurm-{jid}.out"
+    return p.read_text() if p.exists() else ""
+
+
+def test_exception_restarts_in_job(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 2, [], ["--fault=exception@5"])
+    job = wait_job(slurm, jid)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 0
+    assert "weights digest: " in log
+    assert [e["verdict"] for e in kinds(state, "verdict")] == ["completed"]
+    assert len(kinds(state, "cycle_start")) == 1
+    assert any(e.get("type") == "exception" for e in kinds(state, "fault"))
+    assert len([e for e in kinds(state, "resume") if e.get("source") == "training"]) >= 2
+
+
+def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=2"],
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",))
+    job = wait_job(slurm, jid)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 0
+    blames = kinds(state, "blame")
+    assert blames and "node3" in blames[0]["blamed"], blames
+    excl = kinds(state, "exclude")
+    assert [(e["node"], e["mode"]) for e in excl] == [("node3", "elastic")]
+    cycles = kinds(state, "cycle_start")
+    assert cycles[-1]["nodes"] == ["node1", "node2"]
+    assert kinds(state, "verdict")[-1]["verdict"] == "completed"
+
+
+def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2"],
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",))
+    job = wait_job(slurm, jid, timeout=200)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 1
+    assert "node3" in job.excluded
+    assert "node3" not in job.nodes
+    rq = kinds(state, "requeue")
+    assert len(rq) == 1 and rq[0]["excluded"] == ["node3"]
+    verdicts = [e["verdict"] for e in kinds(state, "verdict")]
+    assert verdicts == ["completed"]
+
+
+def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 2,
+                           ["--max-requeues=2", "--no-progress-limit=1", "--max-restarts=1"],
+                           ["--crash-at=5"])
+    job = wait_job(slurm, jid, timeout=200)
+    log = log_of(tmp_path, jid)
+    assert job.state == "FAILED", log
+    assert job.exit_code == sup.EXIT_NO_PROGRESS, log
+    assert job.restart_count <= 2
+    v = kinds(state, "verdict")
+    assert v[-1]["verdict"] == "no-progress"
+    assert all(e.get("restart_count", 0) <= 2 for e in kinds(state, "launch_start"))
