@@ -1,0 +1,121 @@
+"""Seeded fault schedule and fire-once injection (torch-free)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from resilient_slurm.events import read_events
+from resilient_slurm.training.faults import (
+    FAULT_TYPES,
+    Fault,
+    FaultConfigError,
+    FaultInjector,
+    FaultOptions,
+    InjectedFault,
+    compute_schedule,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(0, 20), seed=st.integers(0, 2**31), steps=st.integers(21, 500),
+       world=st.integers(1, 64),
+       types=st.lists(st.sampled_from(FAULT_TYPES), min_size=1, max_size=4, unique=True))
+def test_schedule_is_deterministic_and_well_formed(count, seed, steps, world, types) -> None:
+    a = compute_schedule(count, seed, types, steps, world)
+    b = compute_schedule(count, seed, types, steps, world)
+    assert a == b
+    assert len(a) == count
+    assert len({f.step for f in a}) == count  # distinct steps
+    assert [f.step for f in a] == sorted(f.step for f in a)
+    for f in a:
+        assert 1 <= f.step < steps and 0 <= f.rank < world and f.type in types
+
+
+def test_known_schedule_is_stable_across_releases() -> None:
+    # Pinned: benchmarks compare launchers on this exact schedule.
+    got = compute_schedule(5, 42, ["exception", "hang", "sigkill", "node"], 200, 4,
+                           [0.4, 0.2, 0.2, 0.2])
+    assert got == compute_schedule(5, 42, ("exception", "hang", "sigkill", "node"), 200, 4,
+                                   (0.4, 0.2, 0.2, 0.2))
+    assert [(f.step, f.rank, f.type) for f in got] == PINNED
+
+
+PINNED = [(18, 0, "hang"), (68, 3, "node"), (84, 3, "hang"), (98, 0, "hang"),
+          (120, 1, "sigkill")]
+
+
+def test_different_seeds_differ() -> None:
+    a = compute_schedule(5, 1, ["exception"], 1000, 8)
+    b = compute_schedule(5, 2, ["exception"], 1000, 8)
+    assert a != b
+
+
+def test_weights_zero_excludes_type() -> None:
+    s = compute_schedule(50, 3, ["exception", "hang"], 1000, 2, [1.0, 0.0])
+    assert {f.type for f in s} == {"exception"}
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(count=-1), dict(types=["boom"]), dict(types=[]), dict(weights=[1.0, 2.0]),
+    dict(weights=[0.0]), dict(count=30, steps=10), dict(world=0)])
+def test_bad_options_raise(kwargs) -> None:
+    args = dict(count=2, seed=0, types=["exception"], steps=100, world=2, weights=None)
+    args.update(kwargs)
+    with pytest.raises(FaultConfigError):
+        compute_schedule(args["count"], args["seed"], args["types"], args["steps"],
+                         args["world"], args["weights"])
+
+
+def test_options_from_env_and_flags_precedence() -> None:
+    env = {"RESILIENT_FAULT_COUNT": "5", "RESILIENT_FAULT_SEED": "42",
+           "RESILIENT_FAULT_TYPES": "exception,hang", "RESILIENT_FAULT_TYPE_WEIGHTS": "0.7,0.3",
+           "RESILIENT_FAULT_STATE_DIR": "/x"}
+    o = FaultOptions.from_env(env)
+    assert o == FaultOptions(5, 42, ("exception", "hang"), (0.7, 0.3), "/x")
+    o = FaultOptions.from_env(env, count=1, seed=None, types="sigkill", weights="1")
+    assert (o.count, o.seed, o.types, o.weights) == (1, 42, ("sigkill",), (1.0,))
+    assert FaultOptions.from_env({}).count == 0
+
+
+def _injector(tmp_path, rank: int, opts: FaultOptions, fired: list, env=None) -> FaultInjector:
+    record = {t: (lambda f: fired.append(f)) for t in FAULT_TYPES}
+    return FaultInjector(opts, steps=100, rank=rank, world_size=2, state_dir=str(tmp_path),
+                         events_file=str(tmp_path / "events.jsonl"), env=env or {},
+                         actions=record)
+
+
+def test_fault_fires_once_across_restarts(tmp_path) -> None:
+    opts = FaultOptions(count=6, seed=9, types=("exception", "sigkill", "hang"))
+    fired: list[Fault] = []
+    for _attempt in range(3):  # three incarnations replaying every step on both ranks
+        for rank in (0, 1):
+            inj = _injector(tmp_path, rank, opts, fired)
+            for step in range(100):
+                inj.maybe_fire(step)
+    assert sorted(fired, key=lambda f: f.index) == inj.schedule
+    assert len(inj.fired()) == 6
+    events = list(read_events(str(tmp_path / "events.jsonl")))
+    assert [e["kind"] for e in events] == ["fault"] * 6
+    assert {(e["step"], e["rank"], e["type"]) for e in events} == {
+        (f.step, f.rank, f.type) for f in inj.schedule}
+
+
+def test_exception_fault_raises(tmp_path) -> None:
+    opts = FaultOptions(count=1, seed=0, types=("exception",))
+    inj = FaultInjector(opts, steps=10, rank=0, world_size=1, state_dir=str(tmp_path), env={})
+    step = inj.schedule[0].step
+    with pytest.raises(InjectedFault):
+        inj.maybe_fire(step)
+    inj.maybe_fire(step)  # second time: already fired, nothing happens
+
+
+def test_node_fault_without_sandbox_fails_at_schedule_time(tmp_path) -> None:
+    opts = FaultOptions(count=1, seed=0, types=("exception", "node"))
+    with pytest.raises(FaultConfigError, match="RESILIENT_SANDBOX_DIR"):
+        FaultInjector(opts, steps=10, rank=0, world_size=1, state_dir=str(tmp_path), env={})
+    env = {"RESILIENT_SANDBOX_DIR": "/sbx", "SLURMD_NODENAME": "node2"}
+    inj = FaultInjector(opts, steps=10, rank=0, world_size=1, state_dir=str(tmp_path), env=env)
+    assert inj.node_dir == os.path.join("/sbx", "nodes", "node2")
