@@ -1,0 +1,123 @@
+"""Command lines, allocation parsing and NVRx flag detection (pure, no Slurm)."""
+
+from __future__ import annotations
+
+import pytest
+from resilient_slurm.launcher import plan
+from resilient_slurm.launcher.node import parse_addrs, substitute
+
+HELP_041 = """usage: ft_launcher [-h] [--nnodes NNODES]
+  --local-addr LOCAL_ADDR, --local_addr LOCAL_ADDR
+  --ft-initial-rank-heartbeat-timeout X, --ft-param-initial_rank_heartbeat_timeout X
+  --ft-rank-heartbeat-timeout X
+  --ft-enable-nic-monitor FT_ENABLE_NIC_MONITOR
+  --ignore-missing-fault-tol-cfg
+  --term-timeout T --workers-stop-timeout T --monitor-interval M --log-dir D
+"""
+HELP_NEW = """usage: ft_launcher
+  --local-addr A
+  --ft-param-initial_rank_heartbeat_timeout X
+  --ft-param-rank_heartbeat_timeout X
+  --term-timeout T
+"""
+
+
+def feats(text: str) -> plan.Features:
+    return plan.Features(plan.parse_help(text), "x")
+
+
+def test_allocation_from_env() -> None:
+    a = plan.Allocation.from_env({"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-3]",
+                                  "SLURM_RESTART_COUNT": "2", "SLURM_CLUSTER_NAME": "c"})
+    assert a.nodes == ("node1", "node2", "node3") and a.restart_count == 2 and a.job_id == 42
+
+
+@pytest.mark.parametrize("env", [{}, {"SLURM_JOB_ID": "1"}, {"SLURM_JOB_NODELIST": "n1"},
+                                 {"SLURM_JOB_ID": "x", "SLURM_JOB_NODELIST": "n1"},
+                                 {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"}])
+def test_allocation_missing_is_plan_error(env: dict[str, str]) -> None:
+    with pytest.raises(plan.PlanError):
+        plan.Allocation.from_env(env)
+
+
+def test_parse_help_finds_long_flags() -> None:
+    flags = plan.parse_help(HELP_041)
+    assert "--ft-enable-nic-monitor" in flags and "--local_addr" in flags
+    assert "--nnodes" in flags and "-h" not in flags
+
+
+def test_flags_follow_release() -> None:
+    old, new = feats(HELP_041), feats(HELP_NEW)
+    assert old.flag("heartbeat") == "--ft-rank-heartbeat-timeout"
+    assert new.flag("heartbeat") == "--ft-param-rank_heartbeat_timeout"
+    assert new.flag("nic_monitor") is None and new.flag("ignore_missing_cfg") is None
+
+
+def test_ft_command_old_and_new() -> None:
+    opts = plan.LaunchOptions(script="t.py", script_args=("--a", "1"), heartbeat_timeout=8,
+                              initial_heartbeat_timeout=60.5, nproc_per_node="2")
+    argv = plan.ft_command(opts, feats(HELP_041), 3, "10.0.0.1:2345", "rid")
+    assert argv[:7] == ["ft_launcher", "--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                        "--rdzv-endpoint=10.0.0.1:2345", "--rdzv-id=rid", "--max-restarts=3"]
+    assert "--ft-rank-heartbeat-timeout=8" in argv
+    assert "--ft-initial-rank-heartbeat-timeout=60.5" in argv
+    assert "--ft-enable-nic-monitor=false" in argv and "--local-addr={local_addr}" in argv
+    assert argv[-3:] == ["t.py", "--a", "1"]
+    new = plan.ft_command(opts, feats(HELP_NEW), 3, "h:1", "rid")
+    assert "--ft-param-rank_heartbeat_timeout=8" in new
+    assert not any(a.startswith("--ft-enable-nic") for a in new)
+
+
+def test_passthrough_wins_and_module() -> None:
+    opts = plan.LaunchOptions(script="pkg.train", module=True,
+                              ft_args=("--ft-rank-heartbeat-timeout=99",))
+    argv = plan.ft_command(opts, feats(HELP_041), 1, "h:1", "r")
+    assert argv.count("--ft-rank-heartbeat-timeout=99") == 1
+    assert not any(a.startswith("--ft-rank-heartbeat-timeout=60") for a in argv)
+    assert argv[-2:] == ["-m", "pkg.train"]
+
+
+def test_rdzv_port_fresh_per_cycle_and_stable() -> None:
+    a = plan.Allocation(job_id=7, nodes=("n1",), cluster="c")
+    ports = {plan.rdzv_port(a, c) for c in range(1, 20)}
+    assert len(ports) >= 18 and all(20000 <= p < 50000 for p in ports)
+    assert plan.rdzv_port(a, 3) == plan.rdzv_port(a, 3)
+    assert plan.rdzv_id(a, 2) == "rs-7-r0-c2"
+
+
+def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a = plan.Allocation(job_id=9, nodes=("node1", "node2", "node3"))
+    cyc = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041),
+                          ["node1", "node2"], {"node1": "10.0.0.1", "node2": "10.0.0.2"}, 1,
+                          str(tmp_path))
+    argv = list(cyc.argv)
+    assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=1" in argv
+    assert "--nodelist=node1,node2" in argv and "--jobid=9" in argv
+    assert cyc.endpoint.startswith("10.0.0.1:")
+    assert "--addrs=node1=10.0.0.1,node2=10.0.0.2" in argv
+    assert argv.index("--") < argv.index("ft_launcher")
+    with pytest.raises(plan.PlanError):
+        plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041), [], {}, 1, "d")
+
+
+def test_node_shim_substitution() -> None:
+    assert parse_addrs("n1=1.2.3.4,n2=,bad") == {"n1": "1.2.3.4", "n2": ""}
+    cmd = ["ft", "--local-addr={local_addr}", "--log-dir=/x/{node}", "s.py"]
+    assert substitute(cmd, "n1", "1.2.3.4") == ["ft", "--local-addr=1.2.3.4", "--log-dir=/x/n1",
+                                                "s.py"]
+    assert substitute(cmd, "n2", "") == ["ft", "--log-dir=/x/n2", "s.py"]
+
+
+def test_node_shim_records_exit(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import sys
+
+    from resilient_slurm.launcher import node
+
+    monkeypatch.setenv("SLURMD_NODENAME", "nodeX")
+    rc = node.main([f"--record-dir={tmp_path}", "--capture", "--",
+                    sys.executable, "-c", "print('hi'); raise SystemExit(3)"])
+    rec = json.loads((tmp_path / "nodeX.json").read_text())
+    assert rc == 3 and rec["rc"] == 3 and rec["stdout"].strip() == "hi"
+    rc = node.main([f"--record-dir={tmp_path}", "--", "/nonexistent/prog"])
+    assert rc == 127
