@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    import tomllib  # noqa: F401 - re-exported for the other modules
 else:  # pragma: no cover
     import tomli as tomllib
 
@@ -133,6 +133,7 @@ class HealthConfig:
     boot_noise_window_s: float = 600.0
     gpu_memory_used_max_mib: int = 1024
     storage_paths: list[str] = field(default_factory=list)
+    storage_require_mount: bool = True
     profile: str = ""
     profile_patterns: dict[str, str] = field(default_factory=dict)
     profiles: dict[str, ProfileSpec] = field(default_factory=dict)

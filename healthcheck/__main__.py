@@ -1,0 +1,5 @@
+"""``python -m resilient_slurm.healthcheck`` = ``resilient-health``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,289 @@
+"""Pure evaluation of a GPU snapshot: ``evaluate_<check>(snap, ctx) -> list[Result]``.
+
+NVML unreachable (init failure, hang, error) makes every GPU check ``unknown`` (``GPU_IS_LOST``
+makes it ``fail``); a per-field ``NOT_SUPPORTED`` is judged per check (ECC off on a datacenter
+GPU warns; retired pages on Ampere+ are not applicable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from resilient_slurm.config import HealthConfig, ProfileSpec
+
+from .gpu import GpuInfo, GpuSnapshot
+from .model import FAIL, OK, UNKNOWN, WARN, Result
+
+# Clock-event reason bits (nvmlClocksEventReasons).
+CLOCK_IDLE = 0x1
+CLOCK_SW_POWER = 0x4
+CLOCK_HW_SLOWDOWN = 0x8
+CLOCK_SW_THERMAL = 0x20
+CLOCK_HW_THERMAL = 0x40
+CLOCK_HW_POWER_BRAKE = 0x80
+RECOVERY = {0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
+            2: ("reboot", "node reboot required"), 3: ("drain", "drain P2P"),
+            4: ("reset_gpu", "drain P2P and reset GPU"), 5: ("drain", "recover IMEX domain"),
+            6: ("reset_gpu", "PCIe bus reset required"), 7: ("reboot", "system reboot required")}
+
+
+@dataclass
+class GpuContext:
+    cfg: HealthConfig
+    profile: ProfileSpec
+
+
+Judge = Callable[[GpuInfo, Any], "Result | None"]
+
+
+def _unusable(check: str, snap: GpuSnapshot) -> list[Result]:
+    lost = "GPU_IS_LOST" in snap.error
+    if snap.state == "timeout":
+        return [Result(check, UNKNOWN, "NVML_TIMEOUT", snap.describe_failure(), snap.hung_call)]
+    if snap.state == "init_error":
+        code = "NVML_" + (snap.error.split(":")[0].split()[0] or "INIT")
+        return [Result(check, UNKNOWN, code[:32], snap.describe_failure(), snap.error)]
+    return [Result(check, FAIL if lost else UNKNOWN, "GPU_LOST" if lost else "NVML_ERROR",
+                   snap.describe_failure(), snap.error, action="reboot" if lost else None)]
+
+
+def _field_error(check: str, gpu: GpuInfo, field: str, error: str) -> Result:
+    dev = f"gpu{gpu.index}"
+    if error in ("GPU_IS_LOST", "GPU_NOT_FOUND"):
+        return Result(check, FAIL, "GPU_LOST", f"{dev} is lost ({error} reading {field})",
+                      f"{dev} {gpu.pci} {error}", action="reboot", device=dev)
+    if error == "RESET_REQUIRED":
+        return Result(check, FAIL, "GPU_RESET_REQUIRED", f"{dev} needs a reset (NVML)",
+                      f"{dev} {gpu.pci} {error}", action="reset_gpu", device=dev)
+    return Result(check, UNKNOWN, f"NVML_{error}"[:32], f"{dev}: NVML {error} reading {field}",
+                  f"{dev} {gpu.pci} {field}: {error}", device=dev)
+
+
+def per_gpu(check: str, snap: GpuSnapshot, field: str, judge: Judge, ok_reason: str,
+            not_supported: Result | None = None) -> list[Result]:
+    """Run ``judge`` on each GPU's ``field``; one ok result when nothing was found."""
+    if not snap.usable:
+        return _unusable(check, snap)
+    found: list[Result] = []
+    for gpu in snap.gpus:
+        if gpu.lost:  # gpu_count fails it; here it simply could not be checked
+            found.append(Result(check, UNKNOWN, "GPU_LOST", f"gpu{gpu.index}: not checked (lost)",
+                                f"gpu{gpu.index} {gpu.pci} {gpu.lost}", device=f"gpu{gpu.index}"))
+            continue
+        err = gpu.errors.get(field)
+        if err == "NOT_SUPPORTED":
+            if not_supported is not None:
+                found.append(Result(check, not_supported.status, not_supported.code,
+                                    f"gpu{gpu.index}: {not_supported.reason}",
+                                    f"gpu{gpu.index} {gpu.pci}", device=f"gpu{gpu.index}"))
+            continue
+        if err:
+            found.append(_field_error(check, gpu, field, err))
+            continue
+        if field not in gpu.values:
+            continue
+        r = judge(gpu, gpu.values[field])
+        if r is not None:
+            found.append(r)
+    return found or [Result(check, OK, "OK", ok_reason)]
+
+
+def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: str = "",
+       action: str | None = None) -> Result:
+    dev = f"gpu{gpu.index}"
+    return Result(check, status, code, f"{dev}: {reason}", f"{dev} {gpu.pci} {detail}".strip(),
+                  action=action, device=dev)
+
+
+def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext,
+                       scoped: bool = False) -> list[Result]:
+    check = "gpu_count"
+    if not snap.usable:
+        return _unusable(check, snap)
+    out = []
+    for g in snap.gpus:
+        dev = f"gpu{g.index}"
+        if g.lost:
+            out.append(Result(check, FAIL, "GPU_LOST", f"{dev} is lost ({g.lost}): fell off "
+                              "the bus or stopped answering", f"{dev} {g.pci} {g.lost}",
+                              action="reboot", device=dev))
+        elif "identity" in g.errors:
+            out.append(_field_error(check, g, "identity", g.errors["identity"]))
+    want, have = ctx.profile.gpus, snap.count or 0
+    if not scoped and want and have < want:
+        out.append(Result(check, FAIL, "GPU_COUNT", f"{have} GPUs visible, profile expects "
+                          f"{want}", f"nvml count={have} expected={want}", action="reboot"))
+    elif not scoped and want and have > want:
+        out.append(Result(check, WARN, "GPU_COUNT_HIGH", f"{have} GPUs visible, profile "
+                          f"expects {want}", f"nvml count={have} expected={want}"))
+    return out or [Result(check, OK, "OK", f"{have} GPUs, NVML responsive "
+                          f"(driver {snap.driver})", f"count={have}")]
+
+
+def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    cfg = ctx.cfg
+
+    def judge(gpu: GpuInfo, value: tuple[int, int]) -> Result | None:
+        vol, agg = value
+        if vol > cfg.ecc_volatile_uncorrected_max:
+            return _r("ecc", FAIL, "ECC_DBE", gpu, f"{vol} uncorrectable ECC errors since the "
+                      "last reset", f"volatile={vol} aggregate={agg}", action="reset_gpu")
+        if agg > cfg.ecc_aggregate_uncorrected_warn:
+            return _r("ecc", WARN, "ECC_DBE_AGGREGATE", gpu, f"{agg} uncorrectable ECC errors "
+                      "over its lifetime", f"volatile={vol} aggregate={agg}")
+        return None
+
+    return per_gpu("ecc", snap, "ecc", judge, "no uncorrectable ECC errors",
+                   not_supported=Result("ecc", WARN, "ECC_DISABLED", "ECC not enabled"))
+
+
+def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    def judge(gpu: GpuInfo, value: tuple[int, int, bool, bool]) -> Result | None:
+        corr, unc, pending, failure = value
+        detail = f"correctable={corr} uncorrectable={unc} pending={pending} failure={failure}"
+        if failure:
+            return _r("row_remap", FAIL, "ROW_REMAP_FAILURE", gpu, "row remapping failed "
+                      "(no spare rows: replace the GPU)", detail, action="drain")
+        if pending:
+            return _r("row_remap", FAIL, "ROW_REMAP_PENDING", gpu, "row remap pending: a GPU "
+                      "reset applies it", detail, action="reset_gpu")
+        return None
+
+    return per_gpu("row_remap", snap, "remapped_rows", judge, "no failed or pending row remaps")
+
+
+def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    limit = ctx.cfg.retired_pages_max
+
+    def judge(gpu: GpuInfo, value: tuple[int, bool]) -> Result | None:
+        count, pending = value
+        if pending:
+            return _r("retired_pages", FAIL, "PAGE_RETIRE_PENDING", gpu, "retired pages pending: "
+                      "a GPU reset applies them", f"dbe_pages={count}", action="reset_gpu")
+        if count > limit:
+            return _r("retired_pages", FAIL, "PAGES_RETIRED", gpu, f"{count} pages retired "
+                      f"(limit {limit})", f"dbe_pages={count}", action="drain")
+        return None
+
+    return per_gpu("retired_pages", snap, "retired_pages", judge,
+                   "no pending page retirement (not applicable where row remapping is used)")
+
+
+def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    def judge(gpu: GpuInfo, bits: int) -> Result | None:
+        names = [n for b, n in ((CLOCK_HW_SLOWDOWN, "HW slowdown"),
+                                (CLOCK_HW_THERMAL, "HW thermal slowdown"),
+                                (CLOCK_HW_POWER_BRAKE, "HW power brake")) if bits & b]
+        if names:
+            return _r("clocks", FAIL, "CLOCK_HW_SLOWDOWN", gpu, "clocks held down: "
+                      + ", ".join(names), f"reasons=0x{bits:x}", action="drain")
+        if bits & CLOCK_SW_THERMAL:
+            return _r("clocks", WARN, "CLOCK_SW_THERMAL", gpu, "software thermal slowdown",
+                      f"reasons=0x{bits:x}")
+        return None
+
+    return per_gpu("clocks", snap, "clock_reasons", judge, "no hardware clock slowdown")
+
+
+def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    cfg = ctx.cfg
+
+    def judge(gpu: GpuInfo, temp: int) -> Result | None:
+        if temp >= cfg.temperature_fail_c:
+            return _r("temperature", FAIL, "GPU_TEMP", gpu, f"{temp} C (limit "
+                      f"{cfg.temperature_fail_c:g} C)", f"temp={temp}C", action="drain")
+        if temp >= cfg.temperature_warn_c:
+            return _r("temperature", WARN, "GPU_TEMP_HIGH", gpu, f"{temp} C (warn at "
+                      f"{cfg.temperature_warn_c:g} C)", f"temp={temp}C")
+        return None
+
+    return per_gpu("temperature", snap, "temperature", judge, "temperatures within limits")
+
+
+def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    want = ctx.profile.nvlinks_per_gpu
+
+    def judge(gpu: GpuInfo, states: list[bool]) -> Result | None:
+        up = sum(1 for s in states if s)
+        if want and up < want:
+            down = [str(i) for i, s in enumerate(states) if not s]
+            return _r("nvlink", FAIL, "NVLINK_DOWN", gpu, f"{up} of {want} NVLinks up",
+                      f"down links: {','.join(down) or 'missing'}", action="drain")
+        return None
+
+    ns = Result("nvlink", FAIL, "NVLINK_DOWN", f"NVLink not supported, profile expects {want}")
+    return per_gpu("nvlink", snap, "nvlink", judge, f"NVLinks up ({want or 'any'} per GPU)",
+                   not_supported=ns if want else None)
+
+
+def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    p = ctx.profile
+
+    def judge(gpu: GpuInfo, value: tuple[int, int, int, int]) -> Result | None:
+        cur_gen, cur_w, max_gen, max_w = value
+        detail = f"current gen{cur_gen} x{cur_w}, max gen{max_gen} x{max_w}"
+        if (p.pcie_gen and max_gen < p.pcie_gen) or (p.pcie_width and max_w < p.pcie_width):
+            return _r("pcie", FAIL, "PCIE_DEGRADED", gpu, f"link capable of gen{max_gen} "
+                      f"x{max_w}, profile expects gen{p.pcie_gen} x{p.pcie_width}", detail,
+                      action="drain")
+        idle = int(gpu.values.get("clock_reasons") or 0) & CLOCK_IDLE
+        if cur_w < max_w and not idle:
+            # Width does not drop at idle (generation does, to save power): a narrow link
+            # is a degraded one.
+            return _r("pcie", WARN, "PCIE_WIDTH", gpu, f"link running x{cur_w} of x{max_w}",
+                      detail)
+        return None
+
+    return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width")
+
+
+def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    if not ctx.profile.nvswitch:
+        return [Result("fabric", OK, "SKIPPED", "profile has no NVSwitch fabric")]
+
+    def judge(gpu: GpuInfo, state: str) -> Result | None:
+        if state != "completed":
+            return _r("fabric", FAIL, "FABRIC_NOT_READY", gpu, f"GPU fabric state {state}",
+                      f"fabric={state}", action="drain")
+        return None
+
+    ns = Result("fabric", FAIL, "FABRIC_NOT_READY", "fabric state not supported by the driver")
+    return per_gpu("fabric", snap, "fabric", judge, "GPU fabric registration completed",
+                   not_supported=ns)
+
+
+def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    def judge(gpu: GpuInfo, value: int) -> Result | None:
+        action, text = RECOVERY.get(value, ("drain", f"unknown recovery action {value}"))
+        if action == "ignore":
+            return None
+        return _r("recovery_action", FAIL, "GPU_RECOVERY", gpu, f"driver asks: {text}",
+                  f"recovery_action={value}", action=action)
+
+    return per_gpu("recovery_action", snap, "recovery_action", judge,
+                   "driver requests no recovery action (or has no such field)")
+
+
+def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    def judge(gpu: GpuInfo, pids: list[int]) -> Result | None:
+        if pids:
+            return _r("gpu_procs", FAIL, "GPU_PROCS_LEFT", gpu, f"{len(pids)} process(es) "
+                      "still on the GPU", "pids=" + ",".join(map(str, pids[:10])),
+                      action="drain")
+        return None
+
+    return per_gpu("gpu_procs", snap, "processes", judge, "no processes left on the GPUs")
+
+
+def evaluate_gpu_memory(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    limit = ctx.cfg.gpu_memory_used_max_mib
+
+    def judge(gpu: GpuInfo, used: int) -> Result | None:
+        if used > limit:
+            return _r("gpu_memory", FAIL, "GPU_MEM_NOT_RELEASED", gpu, f"{used} MiB still in "
+                      f"use (limit {limit} MiB)", f"used={used}MiB", action="reset_gpu")
+        return None
+
+    return per_gpu("gpu_memory", snap, "memory", judge, "GPU memory released")

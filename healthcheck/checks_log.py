@@ -1,0 +1,123 @@
+"""Pure evaluation of kernel-log lines: Xid (per the generation's policy), SXid, EFA driver.
+
+Xids come from the kernel log even when NVML is broken (the fallback): the GPU is named from
+NVML's PCI map when there is one, else by PCI address; the generation from the GPU, else the
+profile, else unknown (every Xid then fails closed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from resilient_slurm.config import HealthConfig
+
+from .kernlog import LogEvent, LogRead
+from .model import FAIL, OK, UNKNOWN, WARN, Result
+from .policy import XidPolicy, action_for_154, worst_action
+
+
+@dataclass
+class LogContext:
+    cfg: HealthConfig
+    policy_for: Callable[[str], XidPolicy]
+    pci_to_gpu: dict[str, tuple[int, str]] = field(default_factory=dict)  # pci -> (idx, gen)
+    default_generation: str = ""
+
+
+def _unreadable(check: str, read: LogRead) -> list[Result]:
+    return [Result(check, UNKNOWN, "KLOG_UNREADABLE", f"kernel log unreadable: {read.error}",
+                   read.error)]
+
+
+def _gap(check: str, read: LogRead) -> list[Result]:
+    if not read.gap:
+        return []
+    return [Result(check, WARN, "KLOG_GAP", "kernel log wrapped or was replaced since the "
+                   "last run: lines may have been missed", str(read.position))]
+
+
+def _in_boot_window(ev: LogEvent, read: LogRead, window: float) -> bool:
+    ts = ev.ts if ev.ts is not None else read.uptime_s
+    return ts is not None and ts <= window
+
+
+def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
+    check = "xid"
+    if read.error:
+        return _unreadable(check, read)
+    groups: dict[tuple[str, int], list[tuple[LogEvent, str]]] = defaultdict(list)
+    ignored: list[str] = []
+    for ev in read.events:
+        if ev.kind != "xid" or ev.code is None:
+            continue
+        idx, gen = ctx.pci_to_gpu.get(ev.pci, (None, ctx.default_generation))
+        dev = f"gpu{idx}" if idx is not None else f"pci{ev.pci}"
+        policy = ctx.policy_for(gen)
+        if ev.code in policy.boot_noise and _in_boot_window(ev, read, ctx.cfg.boot_noise_window_s):
+            ignored.append(f"Xid {ev.code} on {dev} (boot noise)")
+            continue
+        action = action_for_154(ev.text) if ev.code == 154 else None
+        action = action or policy.rule(ev.code).action
+        if action == "ignore":
+            ignored.append(f"Xid {ev.code} on {dev}")
+            continue
+        groups[(dev, ev.code)].append((ev, action))
+    out = _gap(check, read)
+    for (dev, code), items in sorted(groups.items()):
+        ev, _ = items[-1]
+        action = worst_action([a for _, a in items])
+        idx, gen = ctx.pci_to_gpu.get(ev.pci, (None, ctx.default_generation))
+        rule = ctx.policy_for(gen).rule(code)
+        n = len(items)
+        status = FAIL
+        if action == "restart_app":
+            if n >= ctx.cfg.xid_repeat_fail:
+                action = "drain"
+            else:
+                status = WARN
+        gen_txt = gen or "unknown generation"
+        reason = (f"Xid {code} on {dev}: {ev.text[:100] or rule.meaning}"
+                  f"{f' (x{n})' if n > 1 else ''} -> {action}")
+        out.append(Result(check, status, f"XID{code}", reason,
+                          f"{dev} PCI:{ev.pci} x{n}: {ev.text[:200]} [policy {gen_txt}: "
+                          f"{rule.source}]", action=action, device=dev))
+    if not out:
+        why = f"no new Xids ({read.source} log)"
+        if ignored:
+            why += "; ignored: " + ", ".join(ignored[:8])
+        return [Result(check, OK, "OK", why, "; ".join(ignored))]
+    return out
+
+
+def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
+    check = "sxid"
+    if read.error:
+        return _unreadable(check, read)
+    out = []
+    for ev in read.events:
+        if ev.kind != "sxid":
+            continue
+        dev = f"pci{ev.pci}"
+        if ev.fatal:
+            out.append(Result(check, FAIL, f"SXID{ev.code}", f"fatal NVSwitch SXid {ev.code}: "
+                              f"{ev.text[:120]}", f"{dev} {ev.text[:200]}", action="drain",
+                              device=dev))
+        else:
+            out.append(Result(check, WARN, f"SXID{ev.code}", f"non-fatal NVSwitch SXid "
+                              f"{ev.code}: {ev.text[:120]}", f"{dev} {ev.text[:200]}",
+                              device=dev))
+    return out or [Result(check, OK, "OK", "no new NVSwitch SXids")]
+
+
+def evaluate_efa_driver(read: LogRead, ctx: LogContext) -> list[Result]:
+    check = "efa_driver"
+    if read.error:
+        return _unreadable(check, read)
+    fatal = [ev for ev in read.events if ev.kind == "efa"]
+    if fatal:
+        return [Result(check, FAIL, "EFA_DRIVER_FATAL", f"EFA driver error: {fatal[-1].text[:150]}"
+                       + (f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""),
+                       " | ".join(ev.text[:150] for ev in fatal[:5]), action="reboot")]
+    return [Result(check, OK, "OK", "no fatal EFA driver lines")]

@@ -1,0 +1,139 @@
+"""``resilient-health``: run the node health checks.
+
+Exit codes: 0 healthy (warnings allowed), 1 unhealthy, 3 unknown (a check could not tell:
+tool missing, hung, unparseable; hooks treat it as unhealthy), 2 usage or configuration error
+(the message names the bad key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+from resilient_slurm.config import ConfigError, load_config
+
+from .model import Report
+
+_MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL", "unknown": "UNKNOWN"}
+
+
+def _config_error(exc: ConfigError) -> None:
+    click.echo(f"resilient-health: {exc}", err=True)
+    sys.exit(2)
+
+
+def format_table(report: Report) -> str:
+    head = f"node {report.node}  profile {report.profile}  set {report.check_set}  " \
+           f"status {_MARK[report.status]}"
+    if report.simulated:
+        head += "  [SIMULATED DATA]"
+    lines = [head]
+    width = max((len(r.check) for r in report.results), default=5)
+    for r in report.results:
+        lines.append(f"{_MARK[r.status]:<8} {r.check:<{width}} {r.code:<20} {r.reason}")
+    if report.simulated:
+        lines.append("note: simulated hardware (scenario), not this machine's")
+    return "\n".join(lines)
+
+
+def _names(value: str | None) -> list[str] | None:
+    return [x.strip() for x in value.split(",") if x.strip()] if value else None
+
+
+def _indices(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated GPU indices") from None
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage)."""
+    if ctx.invoked_subcommand is None:
+        no_subcommand(ctx)
+
+
+def no_subcommand(ctx: click.Context) -> None:
+    """Bare ``resilient-health``: for now, help and exit 2 (will become HealthCheckProgram)."""
+    click.echo(ctx.get_help(), err=True)
+    ctx.exit(2)
+
+
+@main.command()
+@click.option("--only", help="Comma-separated check names (default: the whole set).")
+@click.option("--set", "check_set", type=click.Choice(["periodic", "prolog", "epilog"]),
+              default="periodic", show_default=True, help="Which check set to run.")
+@click.option("--profile", help="Profile name (default: chosen by node name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--metrics-file", type=click.Path(dir_okay=False),
+              help="Also write a Prometheus textfile-collector file (atomically).")
+@click.option("--simulate", help="Scenario name or path: simulated hardware, not this machine.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Config file (default $RESILIENT_SLURM_CONFIG or "
+                   "/etc/resilient-slurm/config.toml).")
+@click.option("--node", help="Node name (default $SLURMD_NODENAME or the short hostname).")
+@click.option("--gpus", help="Comma-separated GPU indices to scope GPU checks to.")
+def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
+          metrics_file: str | None, simulate: str | None, config_path: str | None,
+          node: str | None, gpus: str | None) -> None:
+    """Run the checks once and report. Exit 0 ok/warn, 1 fail, 3 unknown, 2 usage/config."""
+    from .engine import run_checks
+    from .metrics import write_metrics
+
+    try:
+        config = load_config(config_path)
+        report = run_checks(config, check_set=check_set,
+                            only=_names(only),
+                            profile=profile, simulate=simulate, node=node,
+                            gpu_indices=_indices(gpus))
+    except ConfigError as exc:
+        _config_error(exc)
+        return
+    click.echo(json.dumps(report.to_json(), indent=1) if as_json else format_table(report))
+    if metrics_file:
+        try:
+            write_metrics(metrics_file, report)
+        except OSError as exc:
+            click.echo(f"resilient-health: cannot write {metrics_file}: {exc}", err=True)
+            sys.exit(2)
+    code = report.exit_code
+    if report.abandoned:
+        # A gatherer is stuck in a call that cannot be interrupted (a wedged NVML): leave now
+        # rather than let interpreter shutdown wait on it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+@main.command("scenarios")
+def scenarios_cmd() -> None:
+    """List the shipped simulation scenarios."""
+    from .simulate import load_scenario_data, scenario_path, shipped_scenarios
+
+    for name in shipped_scenarios():
+        desc = load_scenario_data(scenario_path(name)).get("description", "")
+        click.echo(f"{name:<20} {desc}")
+
+
+@main.command("install-scenario")
+@click.argument("node_dir", type=click.Path(file_okay=False))
+@click.argument("scenario")
+def install_cmd(node_dir: str, scenario: str) -> None:
+    """Make the simulated node in NODE_DIR become SCENARIO (name, path, or 'clear')."""
+    from .simulate import install_scenario
+
+    try:
+        click.echo(install_scenario(node_dir, scenario))
+    except ConfigError as exc:
+        _config_error(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,186 @@
+"""Simulated nodes: a node described as data, injected only at the hardware seams.
+
+A scenario is a TOML file (shipped ones in ``healthcheck/scenarios/``; format in
+``scenarios/README.md``). Running one replaces exactly four things: the GPU backend
+(:class:`.fakes.FakeNvml`), the kernel-log source (a list of lines), the sysfs root (a real
+tree written to a temporary directory) and the tool search path (real generated ``dcgmi`` /
+``fi_info`` executables that print, exit, hang or are absent). The engine, the runner, the
+timeouts and the process-group kill are the real ones.
+
+Installed nodes (the sandbox): ``install_scenario(node_dir, name)`` writes
+``<node_dir>/scenario.toml`` and appends the scenario's kernel-log lines to
+``<node_dir>/kernel.log`` (a new boot id starts a fresh log), so installing ``xid79`` makes
+the next run see a *new* Xid, and the node's saved kernel-log position lives in
+``<node_dir>/state``. A scenario file without a ``kernel.log`` beside it uses its own lines
+and has no memory between runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from resilient_slurm import fsutil
+from resilient_slurm.config import Config, ConfigError, HealthConfig, build_dataclass, tomllib
+
+from .fakes import FakeNvml, write_sysfs, write_tools
+from .kernlog import LinesSource
+
+SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
+CLEAR = "healthy-p5"
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(f[:-5] for f in os.listdir(SCENARIO_DIR) if f.endswith(".toml"))
+
+
+def scenario_path(name_or_path: str) -> str:
+    """The file for a shipped name or a path; ``clear`` means ``healthy-p5``."""
+    if name_or_path == "clear":
+        name_or_path = CLEAR
+    if os.sep not in name_or_path and not name_or_path.endswith(".toml"):
+        path = os.path.join(SCENARIO_DIR, f"{name_or_path}.toml")
+        if not os.path.exists(path):
+            raise ConfigError("simulate", f"no shipped scenario {name_or_path!r} (shipped: "
+                              f"{', '.join(shipped_scenarios())})")
+        return path
+    if not os.path.isfile(name_or_path):
+        raise ConfigError("simulate", f"scenario file {name_or_path} does not exist")
+    return name_or_path
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_scenario_data(path: str, _depth: int = 0) -> dict[str, Any]:
+    """Parsed scenario with ``base`` resolved and ``kernel_log.append`` added to the lines."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError("simulate", f"scenario {path}: {exc}") from None
+    base_name = data.pop("base", None)
+    if base_name:
+        if _depth > 4:
+            raise ConfigError("simulate", f"scenario {path}: 'base' nests too deep")
+        if os.sep in base_name and not os.path.isabs(base_name):
+            base_name = os.path.join(os.path.dirname(os.path.abspath(path)), base_name)
+        base = load_scenario_data(scenario_path(base_name), _depth + 1)
+        extra = data.get("kernel_log", {}).pop("append", [])
+        data = _merge(base, data)
+        data.setdefault("kernel_log", {}).setdefault("lines", [])
+        data["kernel_log"]["lines"] = list(data["kernel_log"]["lines"]) + list(extra)
+    elif "append" in data.get("kernel_log", {}):
+        kl = data["kernel_log"]
+        kl["lines"] = list(kl.get("lines", [])) + list(kl.pop("append"))
+    return data
+
+
+class Scenario:
+    """A loaded scenario and the fakes it stands for."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.data = load_scenario_data(path)
+        self.name = os.path.splitext(os.path.basename(path))[0]
+        self.profile = str(self.data.get("profile", ""))
+        node_dir = os.path.dirname(self.path)
+        self.installed = os.path.exists(os.path.join(node_dir, "kernel.log"))
+        self.node_dir = node_dir if self.installed else None
+
+    @property
+    def state_dir(self) -> str | None:
+        return os.path.join(self.node_dir, "state") if self.node_dir else None
+
+    @property
+    def boot_id(self) -> str:
+        return str(self.data.get("kernel_log", {}).get("boot_id", "sim-boot-0"))
+
+    def site_config(self, config: Config) -> Config:
+        """``config`` with the scenario's ``[site.health]`` (the site settings it was recorded
+        with, e.g. boot-noise codes) applied on top."""
+        site = self.data.get("site", {}).get("health")
+        if not site:
+            return config
+        health = build_dataclass(HealthConfig, site, f"{self.name}:site.health",
+                                 base=config.health)
+        health.validate()
+        return Config({**config.sections, "health": health}, config.source)
+
+    def gpu_backend(self) -> FakeNvml:
+        return FakeNvml(self.data.get("nvml", {}), self.data.get("gpu", {}),
+                        self.data.get("gpus", {}))
+
+    def kernel_log_source(self) -> LinesSource:
+        kl = self.data.get("kernel_log", {})
+        uptime = kl.get("uptime_s")
+        if self.node_dir:
+            with open(os.path.join(self.node_dir, "kernel.log"), encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        else:
+            lines = list(kl.get("lines", []))
+        return LinesSource(lines, self.boot_id, float(uptime) if uptime is not None else None)
+
+    def materialize(self, workdir: str) -> tuple[str, str]:
+        """Write the sysfs tree and tool executables under ``workdir``; (sysfs_root, bin_dir)."""
+        root = os.path.join(workdir, "sys")
+        bindir = os.path.join(workdir, "bin")
+        write_sysfs(root, self.data.get("rdma", {}))
+        write_tools(bindir, self.data.get("tools", {}))
+        return root, bindir
+
+
+def resolve_scenario(config: Config, simulate: str | None = None,
+                     node: str | None = None) -> Scenario | None:
+    """The scenario for this run: ``simulate`` if given, else ``health.simulate``; None = real."""
+    value = config.health.simulate if simulate is None else simulate
+    if not value:
+        return None
+    if "{node}" in value:
+        value = value.replace("{node}", node or default_node())
+    return Scenario(scenario_path(value))
+
+
+def default_node() -> str:
+    import socket
+
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def install_scenario(node_dir: str, scenario: str) -> str:
+    """Make ``node_dir``'s simulated node become ``scenario`` (name, path or ``clear``).
+
+    Writes ``<node_dir>/scenario.toml`` atomically and appends the scenario's kernel-log lines
+    to ``<node_dir>/kernel.log`` (fresh log when the boot id changes). Returns the scenario path.
+    """
+    src = scenario_path(scenario)
+    new = load_scenario_data(src)  # validates before anything is written
+    with open(src, encoding="utf-8") as fh:
+        text = fh.read()
+    os.makedirs(node_dir, exist_ok=True)
+    target = os.path.join(node_dir, "scenario.toml")
+    log = os.path.join(node_dir, "kernel.log")
+    new_boot = str(new.get("kernel_log", {}).get("boot_id", "sim-boot-0"))
+    with fsutil.locked(os.path.join(node_dir, ".scenario.lock"), timeout=10):
+        old_boot = None
+        if os.path.exists(target) and os.path.exists(log):
+            try:
+                old_boot = str(load_scenario_data(target).get("kernel_log", {})
+                               .get("boot_id", "sim-boot-0"))
+            except ConfigError:
+                old_boot = None
+        lines = [str(x) for x in new.get("kernel_log", {}).get("lines", [])]
+        if old_boot == new_boot:
+            with open(log, encoding="utf-8") as fh:
+                lines = fh.read().splitlines() + lines
+        fsutil.atomic_write(log, "".join(line + "\n" for line in lines))
+        fsutil.atomic_write(target, text)
+    return target
