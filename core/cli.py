@@ -18,15 +18,18 @@ def main() -> None:
     Commands for admins and for trying the project on one machine:
       sandbox   a real multi-node Slurm cluster on this host (tests, demo, trials)
       doctor    which Slurm backend is in use, and why
+      install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
     """
 
 
 def _register() -> None:
-    from resilient_slurm.sandbox.cli import sandbox
     from resilient_slurm.doctor import doctor
+    from resilient_slurm.hooks.cli import install_hooks
+    from resilient_slurm.sandbox.cli import sandbox
 
     main.add_command(sandbox)
     main.add_command(doctor)
+    main.add_command(install_hooks)
 
 
 _register()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 
 import click
 
@@ -42,11 +43,14 @@ def sandbox() -> None:
 @sandbox.command()
 @click.option("--nodes", "-n", default=4, show_default=True, type=click.IntRange(1, 64),
               help="Number of nodes (node1..nodeN).")
+@click.option("--hooks/--no-hooks", default=True, show_default=True,
+              help="Wire the project's prolog, epilog and HealthCheckProgram into slurm.conf, "
+                   "each node reading its own simulated hardware.")
 @DIR_OPTION
-def up(nodes: int, root: str) -> None:
+def up(nodes: int, hooks: bool, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
     try:
-        paths = lifecycle.up(root, nodes)
+        paths = lifecycle.up(root, nodes, hooks=hooks)
     except (SandboxError, SlurmError) as exc:
         _fail(exc)
     click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root}")
@@ -98,3 +102,41 @@ def status(root: str) -> None:
     for j in jobs:
         click.echo(f"  job {j.job_id:<6} {j.state:<11} restarts={j.restart_count} "
                    f"nodes={','.join(j.nodes) or '-'} excluded={','.join(j.excluded) or '-'}")
+
+
+@sandbox.command()
+@click.argument("node")
+@click.argument("scenario")
+@DIR_OPTION
+def fault(node: str, scenario: str, root: str) -> None:
+    """Give NODE the simulated hardware SCENARIO (a shipped name, a path, or `clear`).
+
+    \b
+    Shipped scenarios: resilient-health check --help lists them. Examples:
+      resilient-slurm sandbox fault node3 xid79     # a GPU falls off the bus
+      resilient-slurm sandbox fault node3 clear     # healthy again
+    The HealthCheckProgram notices within one interval and drains (or later resumes) NODE.
+    """
+    from resilient_slurm.config import ConfigError
+    from resilient_slurm.healthcheck.simulate import install_scenario
+
+    paths = Paths(root)
+    try:
+        meta = read_meta(paths)
+    except SandboxError as exc:
+        _fail(exc)
+    if node not in meta.get("nodes", []):  # type: ignore[operator]
+        raise click.BadParameter(f"{node} is not a node of this sandbox "
+                                 f"({', '.join(meta.get('nodes', []))})", param_hint="NODE")  # type: ignore[arg-type]
+    if scenario == "clear":
+        # "clear" stands for a repaired, rebooted node: healthy hardware and a new boot id.
+        from resilient_slurm.fsutil import atomic_write
+
+        scenario = os.path.join(paths.node_dir(node), "repaired.toml")
+        atomic_write(scenario, f'base = "healthy-p5"\n[kernel_log]\n'
+                               f'boot_id = "sim-repaired-{time.time_ns()}"\n')
+    try:
+        path = install_scenario(paths.node_dir(node), scenario)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="SCENARIO") from None
+    click.echo(f"{node}: simulated hardware is now {scenario} ({path})")

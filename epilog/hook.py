@@ -1,0 +1,47 @@
+"""``resilient-epilog`` (slurm.conf ``Epilog=``): what happened on the node during the job.
+
+New Xids since the prolog's saved kernel-log position, GPU processes left behind, GPU memory
+not released; after a failed job, optionally a deeper DCGM diagnostic. Drains on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from resilient_slurm import fsutil
+from resilient_slurm.config import Config
+from resilient_slurm.hooks import runner
+from resilient_slurm.hooks.context import HookContext
+from resilient_slurm.hooks.entry import check, guarded, job_file
+
+
+def epilog_main(argv: Sequence[str] | None = None) -> int:
+    """Slurm ``Epilog=``: what happened during the job (new Xids, leftovers); drain if bad."""
+
+    def body(config: Config, ctx: HookContext, events) -> int:  # type: ignore[no-untyped-def]
+        hk = runner.hooks_cfg(config)
+        path = job_file(config, ctx)
+        saved = fsutil.read_json(path, default=None) if path else None
+        since = saved.get("kernel_position") if isinstance(saved, dict) else None
+        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since)
+        if hk.epilog_diag_on_failure and ctx.exit_code not in (None, 0):
+            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level)
+            deep = check(deep_cfg, ctx, "epilog", hk.epilog_budget_s, only=["dcgm_diag"])
+            report.results.extend(deep.results)
+        events.emit("verdict", **runner.verdict_fields(report), job_exit_code=ctx.exit_code)
+        runner.write_metrics(config, report)
+        status = runner.act(config, ctx, report, events, may_resume=False)
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        return status
+
+    return guarded("epilog", argv, epilog_main.__doc__ or "", body)
+
+
+def main() -> None:
+    sys.exit(epilog_main())

@@ -1,0 +1,64 @@
+"""``[hooks]``: how the prolog, epilog and HealthCheckProgram act on a node.
+
+Paths may contain ``{node}`` (replaced by the node name), so one file serves every node of a
+sandbox where several nodes share one host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from resilient_slurm.config import ConfigError, register_section
+
+
+@register_section("hooks")
+@dataclass
+class HooksConfig:
+    """``[hooks]`` keys.
+
+    ``owner_prefix`` starts every drain reason we write; only nodes whose reason starts with it
+    are ever resumed by us. ``resume_after`` consecutive healthy health-program runs resume such
+    a node. ``reboot_enabled`` lets an Xid whose policy action is ``reboot`` become
+    ``scontrol reboot ASAP nextstate=RESUME`` instead of a drain. ``slurm_conf`` is needed by the
+    HealthCheckProgram, whose environment holds only SLURMD_NODENAME. Budgets bound each hook's
+    checks (keep them well under PrologEpilogTimeout and the 60 s HealthCheckProgram limit).
+    """
+
+    owner_prefix: str = "rhc:"
+    resume_after: int = 3
+    reboot_enabled: bool = False
+    slurm_conf: str = ""
+    slurm_bin_dir: str = "/usr/bin:/usr/local/bin:/opt/slurm/bin"
+    slurm_timeout_s: float = 10.0
+    state_dir: str = "/var/lib/resilient-slurm/hooks/{node}"
+    events_file: str = "/var/log/resilient-slurm/events.jsonl"
+    metrics_file: str = ""
+    lock_timeout_s: float = 10.0
+    prolog_budget_s: float = 20.0
+    epilog_budget_s: float = 45.0
+    health_budget_s: float = 40.0
+    epilog_diag_on_failure: bool = False
+    epilog_diag_level: int = 2
+
+    def validate(self) -> None:
+        prefix = self.owner_prefix
+        if not (2 <= len(prefix) <= 12) or not all(c.isalnum() or c in ":-_" for c in prefix):
+            raise ConfigError("hooks.owner_prefix", "2-12 characters of letters, digits, ':-_'")
+        if self.resume_after < 1:
+            raise ConfigError("hooks.resume_after", "must be >= 1")
+        for name in ("slurm_timeout_s", "lock_timeout_s", "prolog_budget_s", "epilog_budget_s",
+                     "health_budget_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"hooks.{name}", "must be > 0")
+        if self.health_budget_s + self.slurm_timeout_s * 2 + self.lock_timeout_s > 58:
+            raise ConfigError("hooks.health_budget_s",
+                              "budget + 2 x slurm_timeout_s + lock_timeout_s must stay under "
+                              "Slurm's 60 s HealthCheckProgram limit")
+        if self.epilog_diag_level not in (1, 2, 3, 4):
+            raise ConfigError("hooks.epilog_diag_level", "must be 1, 2, 3 or 4")
+        for name in ("state_dir", "events_file"):
+            value = getattr(self, name)
+            if not value.startswith("/"):
+                raise ConfigError(f"hooks.{name}", "must be an absolute path")
+        if self.metrics_file and not self.metrics_file.startswith("/"):
+            raise ConfigError("hooks.metrics_file", "must be an absolute path")

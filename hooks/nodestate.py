@@ -1,0 +1,115 @@
+"""Node state policy: from a health verdict and the node's Slurm state to one action.
+
+Pure (``decide``) so the rules carry the tests; ``apply`` performs the decision through the
+Slurm seam. Rules:
+
+* unhealthy (``fail`` or ``unknown``): drain with ``<prefix><CODE> <device>`` (or reboot ASAP
+  when the admin enabled it and the Xid policy says ``reboot``), unless the node is already
+  drained or down for a reason that is not ours: an admin's reason is never overwritten;
+* a node we drained already keeps its first reason (the root cause) while it stays bad;
+* healthy (``ok``/``warn``) for ``resume_after`` consecutive health-program runs: resume, but
+  only when the current drain reason starts with our prefix, and not while a *hold* stands: an
+  Xid whose policy action is ``drain``, ``reset_gpu`` or ``reboot`` is reported once by the
+  kernel log, so the drain it caused holds until the node reboots (new boot id) or an admin
+  resumes it;
+* the prolog and epilog drain but never resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report, Result
+from resilient_slurm.slurm import Node, sanitize_reason
+
+NONE = "none"
+DRAIN = "drain"
+REBOOT = "reboot"
+RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    reason: str = ""
+    why: str = ""
+
+
+HOLD_ACTIONS = ("drain", "reset_gpu", "reboot")
+
+
+def root_causes(report: Report) -> list[Result]:
+    """Failing results, worst first; among equals, those with an Xid policy action first."""
+    return sorted(report.failing(), key=lambda r: (r.status != FAIL, r.action is None))
+
+
+def hold_for(report: Report) -> Result | None:
+    """The failing result that must keep the node drained until reboot, if any."""
+    return next((r for r in report.failing() if r.action in HOLD_ACTIONS), None)
+
+
+def drain_reason(report: Report, prefix: str) -> str:
+    """``rhc:XID79 gpu3`` (+N when more checks fail); at most 64 characters."""
+    failing = root_causes(report)
+    if not failing:
+        return sanitize_reason(f"{prefix}UNKNOWN no result")
+    head = f"{prefix}{failing[0].drain_reason}"
+    codes = {r.code for r in failing}
+    more = len(codes) - 1
+    return sanitize_reason(head + (f" +{more}" if more > 0 else ""))
+
+
+def ours(node: Node, prefix: str) -> bool:
+    return node.reason.startswith(prefix)
+
+
+def decide(
+    report: Report,
+    node: Node,
+    healthy_streak: int,
+    *,
+    prefix: str,
+    resume_after: int,
+    reboot_enabled: bool,
+    may_resume: bool,
+    hold: str | None = None,
+) -> Decision:
+    unhealthy = report.status in (FAIL, UNKNOWN)
+    if unhealthy:
+        reason = drain_reason(report, prefix)
+        foreign = node.reason and not ours(node, prefix)
+        if (node.drain or node.state == "DOWN") and foreign:
+            return Decision(NONE, reason, f"already {node.describe()}: not our reason, kept")
+        if node.drain and ours(node, prefix):
+            return Decision(NONE, node.reason, "already drained by us")
+        if node.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
+            return Decision(NONE, reason, "reboot already pending")
+        wants_reboot = any(r.action == "reboot" for r in root_causes(report))
+        if reboot_enabled and wants_reboot:
+            return Decision(REBOOT, reason, "Xid policy says reboot and reboot is enabled")
+        causes = root_causes(report)
+        return Decision(DRAIN, reason, f"{report.status}: {causes[0].reason}" if causes
+                        else report.status)
+    if not may_resume:
+        return Decision(NONE, "", "healthy")
+    if node.drain and ours(node, prefix):
+        if hold:
+            return Decision(NONE, node.reason, f"held until reboot or admin resume: {hold}")
+        if healthy_streak >= resume_after:
+            return Decision(RESUME, node.reason,
+                            f"healthy for {healthy_streak} consecutive runs (>= {resume_after})")
+        return Decision(NONE, node.reason,
+                        f"healthy {healthy_streak}/{resume_after} runs before resume")
+    if node.drain:
+        return Decision(NONE, node.reason, "drained by someone else: never resumed by us")
+    return Decision(NONE, "", "healthy")
+
+
+def apply(slurm, node: str, decision: Decision) -> None:  # type: ignore[no-untyped-def]
+    """Carry out ``decision`` through the Slurm seam (raises SlurmError on failure)."""
+    if decision.action == DRAIN:
+        slurm.drain(node, decision.reason)
+    elif decision.action == REBOOT:
+        slurm.reboot_asap(node, decision.reason)
+    elif decision.action == RESUME:
+        slurm.resume(node)
