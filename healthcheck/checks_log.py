@@ -49,6 +49,7 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
         return _unreadable(check, read)
     groups: dict[tuple[str, int], list[tuple[LogEvent, str]]] = defaultdict(list)
     ignored: list[str] = []
+    garbled = [ev for ev in read.events if ev.kind == "garbled_xid"]
     for ev in read.events:
         if ev.kind != "xid" or ev.code is None:
             continue
@@ -65,6 +66,9 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
             continue
         groups[(dev, ev.code)].append((ev, action))
     out = _gap(check, read)
+    if garbled:
+        out.append(Result(check, UNKNOWN, "XID_UNPARSEABLE", f"{len(garbled)} Xid line(s) that "
+                          "cannot be parsed", " | ".join(ev.text for ev in garbled[:3])))
     for (dev, code), items in sorted(groups.items()):
         ev, _ = items[-1]
         action = worst_action([a for _, a in items])
@@ -97,6 +101,9 @@ def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
         return _unreadable(check, read)
     out = []
     for ev in read.events:
+        if ev.kind == "garbled_sxid":
+            out.append(Result(check, UNKNOWN, "SXID_UNPARSEABLE", "SXid line that cannot be "
+                              "parsed", ev.text))
         if ev.kind != "sxid":
             continue
         dev = f"pci{ev.pci}"

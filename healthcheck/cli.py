@@ -12,6 +12,7 @@ import os
 import sys
 
 import click
+
 from resilient_slurm.config import ConfigError, load_config
 
 from .model import Report

@@ -28,12 +28,12 @@ from . import checks_log as cl
 from . import checks_net as cn
 from . import tools
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
-from .kernlog import KernelLogSource, LogRead, PositionStore, real_source, safe_read
+from .kernlog import KernelLogSource, LogRead, PositionStore, norm_pci, real_source, safe_read
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
 from .profiles import Selection, select_profile
 from .simulate import Scenario, default_node, resolve_scenario
-from .sysfs import read_rdma
+from .sysfs import nvidia_pci_devices, read_rdma
 
 # check -> (gatherer, NVML fields it needs)
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -56,6 +56,7 @@ CHECK_SETS: dict[str, list[str]] = {
     "epilog": _CORE + ["gpu_procs", "gpu_memory"],
 }
 WATCHDOG_MARGIN_S = 0.3  # evaluation and output after the deadline
+TOOL_MARGIN_S = 0.25  # a tool's kill lands this long before the gather deadline
 
 
 @dataclass
@@ -152,7 +153,8 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
     fields = {f for n in names for f in CHECKS[n][1]}
 
     def left(limit: float) -> float:
-        return max(0.1, min(limit, deadline - time.monotonic()))
+        # Tools time out (and their process groups die) just before the engine stops waiting.
+        return max(0.1, min(limit, deadline - TOOL_MARGIN_S - time.monotonic()))
 
     def storage() -> list[tuple[str, proc.Outcome]]:
         return [(p, proc.run(tools.storage_argv(p, cfg.storage_require_mount),
@@ -243,18 +245,21 @@ def _gather(table: dict[str, Callable[[], Any]], deadline: float, report: Report
     return done
 
 
-def _pci_map(snap: Any, sel: Selection) -> tuple[dict[str, tuple[int, str]], str]:
-    from .kernlog import _norm_pci
-
+def _pci_map(snap: Any, sel: Selection,
+             sysfs_root: str) -> tuple[dict[str, tuple[int, str]], str]:
+    """PCI address -> (NVML index, generation), from NVML, else from sysfs bus order."""
     default = sel.spec.gpu_generation
     mapping: dict[str, tuple[int, str]] = {}
+    if not (isinstance(snap, GpuSnapshot) and snap.usable):
+        for i, pci in enumerate(nvidia_pci_devices(sysfs_root)):
+            mapping[norm_pci(pci)] = (i, default)
     if isinstance(snap, GpuSnapshot) and snap.usable:
         gens = set()
         for g in snap.gpus:
             gen = sel.spec.gpu_generation or generation_of(g.name, g.architecture)
             gens.add(gen)
             if g.pci:
-                mapping[_norm_pci(g.pci)] = (g.index, gen)
+                mapping[norm_pci(g.pci)] = (g.index, gen)
         if not default and len(gens) == 1:
             default = gens.pop()
     return mapping, default
@@ -271,7 +276,7 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
             policies[gen] = load_policy(gen, cfg)
         return policies[gen]
 
-    pci, default_gen = _pci_map(gathered.values.get("nvml"), sel)
+    pci, default_gen = _pci_map(gathered.values.get("nvml"), sel, seams.sysfs_root)
     lctx = cl.LogContext(cfg, policy_for, pci, default_gen)
     evaluators: dict[str, Callable[[Any], list[Result]]] = {
         "gpu_count": lambda s: cg.evaluate_gpu_count(s, gctx, gpu_indices is not None),

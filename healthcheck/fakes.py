@@ -70,9 +70,14 @@ class FakeNvml:
             raise GpuError("NOT_SUPPORTED", f"scenario gives no {key}")
         return value
 
+    def pci(self, i: int) -> str:
+        over = self.gpus.get(str(i), {})
+        return str(over.get("pci") or (P5_PCI[i] if i < len(P5_PCI)
+                                       else f"00000000:{0x10 + i:02X}:00.0"))
+
     def identity(self, i: int) -> dict[str, Any]:
         over = self.gpus.get(str(i), {})
-        pci = over.get("pci") or (P5_PCI[i] if i < len(P5_PCI) else f"00000000:{0x10 + i:02X}:00.0")
+        pci = self.pci(i)
         # A lost GPU still has a handle and a bus id (from the PCI probe); its queries fail.
         name = over.get("name", self.defaults.get("name", ""))
         arch = over.get("architecture", self.defaults.get("architecture"))
@@ -121,6 +126,14 @@ def _w(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
+
+
+def write_gpu_pci(root: str, pcis: list[str]) -> None:
+    """``<root>/bus/pci/drivers/nvidia/<bdf>`` entries for the simulated GPUs."""
+    drv = os.path.join(root, "bus", "pci", "drivers", "nvidia")
+    os.makedirs(drv, exist_ok=True)
+    for pci in pcis:
+        os.makedirs(os.path.join(drv, pci.lower()[-12:]), exist_ok=True)
 
 
 def write_sysfs(root: str, rdma: dict[str, Any]) -> None:

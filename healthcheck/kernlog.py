@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,17 +75,21 @@ def parse_line(text: str, ts: float | None = None) -> LogEvent | None:
         text = text[m.end():]
     if (x := _XID.search(text)) is not None:
         detail = _PID_NAME.sub("", x.group(3).strip())
-        return LogEvent("xid", int(x.group(2)), _norm_pci(x.group(1)), detail, ts)
+        return LogEvent("xid", int(x.group(2)), norm_pci(x.group(1)), detail, ts)
     if (s := _SXID.search(text)) is not None:
         rest = s.group(4).strip()
-        return LogEvent("sxid", int(s.group(3)), _norm_pci(s.group(2)), rest, ts,
+        return LogEvent("sxid", int(s.group(3)), norm_pci(s.group(2)), rest, ts,
                         fatal=not rest.lower().startswith("non-fatal"))
     if _EFA_FATAL.search(text):
         return LogEvent("efa", None, "", text.strip(), ts)
+    if "NVRM: Xid" in text:  # an Xid we cannot read is not a line we may ignore
+        return LogEvent("garbled_xid", None, "", text.strip()[:200], ts)
+    if "SXid" in text and "nvswitch" in text:
+        return LogEvent("garbled_sxid", None, "", text.strip()[:200], ts)
     return None
 
 
-def _norm_pci(pci: str) -> str:
+def norm_pci(pci: str) -> str:
     """``0000:53:00`` and ``00000000:53:00.0`` both become ``0000:53:00``."""
     parts = pci.lower().split(":")
     if len(parts) >= 3:
@@ -204,12 +209,17 @@ class JournalSource:
 
 
 class LinesSource:
-    """A simulated node's kernel log: a list of lines, positions are line numbers."""
+    """A simulated node's kernel log: a list of lines, positions are line numbers.
+
+    ``behavior`` (for fault tests): ok | hang (never returns) | missing | denied.
+    """
 
     name = "file"
 
-    def __init__(self, lines: list[str], boot_id: str, uptime: float | None) -> None:
+    def __init__(self, lines: list[str], boot_id: str, uptime: float | None,
+                 behavior: str = "ok") -> None:
         self.lines, self._boot_id, self._uptime = lines, boot_id, uptime
+        self.behavior = behavior
 
     def boot_id(self) -> str:
         return self._boot_id
@@ -218,6 +228,12 @@ class LinesSource:
         return self._uptime
 
     def read(self, after: dict[str, Any] | None, timeout: float) -> LogRead:
+        if self.behavior == "hang":
+            threading.Event().wait()
+        if self.behavior == "missing":
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/dev/kmsg")
+        if self.behavior == "denied":
+            raise PermissionError(errno.EACCES, "Permission denied", "/dev/kmsg")
         out = LogRead(self.name, self._boot_id, self._uptime)
         start = _after_seq(after, self.name, self._boot_id)
         if start > len(self.lines):

@@ -105,7 +105,10 @@ _XID154 = (
 
 
 def action_for_154(text: str) -> str | None:
+    """The action an Xid 154 line asks for (the state it changed *to*), or None."""
     low = text.lower()
+    if " to " in low:
+        low = low.rsplit(" to ", 1)[1]
     for needle, action in _XID154:
         if needle in low:
             return action

@@ -24,7 +24,7 @@ from typing import Any
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config, ConfigError, HealthConfig, build_dataclass, tomllib
 
-from .fakes import FakeNvml, write_sysfs, write_tools
+from .fakes import FakeNvml, write_gpu_pci, write_sysfs, write_tools
 from .kernlog import LinesSource
 
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
@@ -127,13 +127,16 @@ class Scenario:
                 lines = fh.read().splitlines()
         else:
             lines = list(kl.get("lines", []))
-        return LinesSource(lines, self.boot_id, float(uptime) if uptime is not None else None)
+        return LinesSource(lines, self.boot_id, float(uptime) if uptime is not None else None,
+                           str(kl.get("behavior", "ok")))
 
     def materialize(self, workdir: str) -> tuple[str, str]:
         """Write the sysfs tree and tool executables under ``workdir``; (sysfs_root, bin_dir)."""
         root = os.path.join(workdir, "sys")
         bindir = os.path.join(workdir, "bin")
         write_sysfs(root, self.data.get("rdma", {}))
+        fake = self.gpu_backend()
+        write_gpu_pci(root, [fake.pci(i) for i in range(fake.count())])
         write_tools(bindir, self.data.get("tools", {}))
         return root, bindir
 

@@ -95,3 +95,18 @@ def read_rdma(sysfs_root: str) -> RdmaInventory:
             inv.ports.append(port)
         inv.devices[name] = kind
     return inv
+
+
+_BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def nvidia_pci_devices(sysfs_root: str) -> list[str]:
+    """PCI addresses bound to the nvidia driver, in bus order (NVML's default index order).
+
+    Used to name a GPU in an Xid line when NVML cannot answer; [] when unreadable.
+    """
+    try:
+        names = os.listdir(os.path.join(sysfs_root, "bus", "pci", "drivers", "nvidia"))
+    except OSError:
+        return []
+    return sorted(n.lower() for n in names if _BDF.match(n))
