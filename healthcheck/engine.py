@@ -12,8 +12,6 @@ Check sets: ``prolog`` (fast, scoped to ``gpu_indices``), ``periodic`` (HealthCh
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +67,6 @@ class Seams:
     tool_path: str
     state_dir: str | None
     scenario: Scenario | None = None
-    workdir: str | None = None
 
 
 @dataclass
@@ -85,10 +82,9 @@ def _seams(config: Config, scenario: Scenario | None) -> Seams:
 
         return Seams(NvmlBackend(), real_source(config), cfg.sysfs_root, cfg.tool_path,
                      cfg.state_dir)
-    workdir = tempfile.mkdtemp(prefix="rhc-sim-")
-    sysfs_root, bindir = scenario.materialize(workdir)
+    sysfs_root, bindir = scenario.materialize()
     return Seams(scenario.gpu_backend(), scenario.kernel_log_source(), sysfs_root,
-                 f"{bindir}:/usr/bin:/bin", scenario.state_dir, scenario, workdir)
+                 f"{bindir}:/usr/bin:/bin", scenario.state_dir, scenario)
 
 
 def _tool(argv: list[str], timeout: float, seams: Seams) -> proc.Outcome:
@@ -135,11 +131,7 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
             report.results.append(Result(n, OK, "DISABLED", f"disabled by config "
                                          f"health.checks.{n}.enabled"))
     seams = _seams(config, scenario)
-    try:
-        _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
-    finally:
-        if seams.workdir:
-            shutil.rmtree(seams.workdir, ignore_errors=True)
+    _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
     report.results.insert(0, sel.result(node))
     report.duration_s = time.monotonic() - start
     return report

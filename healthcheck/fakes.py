@@ -161,7 +161,8 @@ def write_sysfs(root: str, rdma: dict[str, Any]) -> None:
                         "100 Gb/sec" if efa else "400 Gb/sec (4X NDR)")
         dev = os.path.join(base, name)
         os.makedirs(os.path.join(dev, "device"), exist_ok=True)
-        os.symlink(os.path.join(drivers, driver), os.path.join(dev, "device", "driver"))
+        os.symlink(os.path.join("..", "..", "..", "..", "bus", "pci", "drivers", driver),
+                   os.path.join(dev, "device", "driver"))
         port = os.path.join(dev, "ports", "1")
         if efa and i in rdma.get("port_unreadable", []):
             os.makedirs(os.path.join(port, "state"), exist_ok=True)  # read() -> EISDIR
@@ -197,9 +198,9 @@ def _script(bindir: str, name: str, spec: dict[str, Any],
     else:
         body.append('case "$1" in')
         for arg, (text, rc) in cases.items():
-            out = os.path.join(bindir, f".{name}.{arg}.out")
-            _w(out, text)
-            body.append(f"  {arg}) cat {shlex.quote(out)}; exit {rc};;")
+            out = f".{name}.{arg}.out"
+            _w(os.path.join(bindir, out), text)
+            body.append(f'  {arg}) cat "$(dirname "$0")"/{shlex.quote(out)}; exit {rc};;')
         body += ["esac", "exit 0"]
     _w(path, "\n".join(body))
     os.chmod(path, 0o644 if behavior == "denied" else 0o755)

@@ -8,6 +8,7 @@ Every NVML error becomes a :class:`~.gpu.GpuError` named after NVML's error cons
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,7 +49,9 @@ class NvmlBackend:
 
     def init(self) -> None:
         try:
-            import pynvml  # lazy: only the real NVML path pays for it
+            with warnings.catch_warnings():  # some pynvml builds warn about their own name
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml  # lazy: only the real NVML path pays for it
         except ImportError as exc:
             raise GpuError("LIBRARY_NOT_FOUND", f"pynvml: {exc}") from None
         self.nv = pynvml

@@ -18,7 +18,12 @@ and has no memory between runs.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
+import shutil
+import stat
+import tempfile
 from typing import Any
 
 from resilient_slurm import fsutil
@@ -130,15 +135,42 @@ class Scenario:
         return LinesSource(lines, self.boot_id, float(uptime) if uptime is not None else None,
                            str(kl.get("behavior", "ok")))
 
-    def materialize(self, workdir: str) -> tuple[str, str]:
-        """Write the sysfs tree and tool executables under ``workdir``; (sysfs_root, bin_dir)."""
-        root = os.path.join(workdir, "sys")
-        bindir = os.path.join(workdir, "bin")
-        write_sysfs(root, self.data.get("rdma", {}))
+    def materialize(self) -> tuple[str, str]:
+        """The sysfs tree and tool executables of this scenario: (sysfs_root, bin_dir).
+
+        Built once per distinct content into a private cache directory (building into a
+        temporary directory, then renaming), reused read-only by later runs.
+        """
         fake = self.gpu_backend()
-        write_gpu_pci(root, [fake.pci(i) for i in range(fake.count())])
-        write_tools(bindir, self.data.get("tools", {}))
-        return root, bindir
+        try:
+            pcis = [fake.pci(i) for i in range(fake.count())]
+        except (TypeError, ValueError):
+            pcis = []  # a garbage GPU count: NVML's fake says so; no PCI tree
+        spec = {"rdma": self.data.get("rdma", {}), "tools": self.data.get("tools", {}),
+                "pci": pcis, "v": 1}
+        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+        base = _cache_base()
+        final = os.path.join(base, key)
+        if not os.path.isdir(final):
+            tmp = tempfile.mkdtemp(prefix=".build-", dir=base)
+            write_sysfs(os.path.join(tmp, "sys"), spec["rdma"])
+            write_gpu_pci(os.path.join(tmp, "sys"), pcis)
+            write_tools(os.path.join(tmp, "bin"), spec["tools"])
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another run built it first
+                shutil.rmtree(tmp, ignore_errors=True)
+        return os.path.join(final, "sys"), os.path.join(final, "bin")
+
+
+def _cache_base() -> str:
+    """``$TMPDIR/rhc-sim-<uid>``: created 0700, must be ours and not a symlink."""
+    base = os.path.join(tempfile.gettempdir(), f"rhc-sim-{os.geteuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise ConfigError("simulate", f"{base} is not a private directory of this user")
+    return base
 
 
 def resolve_scenario(config: Config, simulate: str | None = None,

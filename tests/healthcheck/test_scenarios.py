@@ -1,0 +1,125 @@
+"""Every shipped scenario through the real engine: verdict, failing check, readable reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from resilient_slurm.config import ConfigError
+from resilient_slurm.healthcheck.engine import CHECK_SETS, CHECKS, run_checks
+from resilient_slurm.healthcheck.simulate import shipped_scenarios
+
+from .helpers import by_check, make_config
+
+# scenario -> (exit code, [(check, code, device)] that must be among the not-ok results)
+EXPECTED = {
+    "healthy-p5": (0, []),
+    "boot-noise": (0, []),
+    "xid79": (1, [("gpu_count", "GPU_LOST", "gpu3"), ("xid", "XID79", "gpu3")]),
+    "ecc-uncorrectable": (1, [("ecc", "ECC_DBE", "gpu5"), ("xid", "XID48", "gpu5")]),
+    "row-remap-pending": (1, [("row_remap", "ROW_REMAP_PENDING", "gpu2")]),
+    "efa-port-down": (1, [("efa", "EFA_PORT_DOWN", "rdmap33s0:1")]),
+    "efa-missing": (1, [("efa", "EFA_COUNT", None)]),
+    "nvml-hang": (1, [("gpu_count", "NVML_TIMEOUT", None), ("xid", "XID119", "gpu0")]),
+    "dcgmi-missing": (3, [("dcgm_health", "DCGMI_MISSING", None)]),
+    "dcgmi-hang": (3, [("dcgm_health", "DCGMI_TIMEOUT", None)]),
+    "thermal-slowdown": (1, [("clocks", "CLOCK_HW_SLOWDOWN", "gpu6"),
+                             ("temperature", "GPU_TEMP", "gpu6")]),
+}
+
+
+@pytest.fixture()
+def fast_config(tmp_path):
+    return make_config(str(tmp_path), nvml_timeout_s=1.0, tool_timeout_s=1.0, watchdog_s=5.0)
+
+
+def test_every_listed_scenario_is_shipped():
+    assert set(EXPECTED) <= set(shipped_scenarios())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shipped_scenario_verdict(name, fast_config):
+    code, must = EXPECTED[name]
+    report = run_checks(fast_config, simulate=name, node="sim1")
+    assert report.simulated is True
+    assert report.exit_code == code, [r.to_json() for r in report.results if r.status != "ok"]
+    bad = {(r.check, r.code, r.device) for r in report.results if r.status != "ok"}
+    for item in must:
+        assert item in bad, (item, bad)
+    for r in report.results:
+        assert r.reason and r.code == r.code.upper() and len(r.code) <= 32
+    if code == 0:
+        assert report.status in ("ok", "warn")
+
+
+def test_dcgmi_missing_in_prolog_set(fast_config):
+    report = run_checks(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s")
+    (r,) = by_check(report, "dcgm_diag")
+    assert (r.status, r.code) == ("unknown", "DCGMI_MISSING")
+
+
+def test_check_sets_are_known_checks():
+    for names in CHECK_SETS.values():
+        assert set(names) <= set(CHECKS)
+    assert "gpu_procs" in CHECK_SETS["epilog"] and "gpu_memory" in CHECK_SETS["epilog"]
+    assert "dcgm_diag" in CHECK_SETS["prolog"] and "dcgm_diag" not in CHECK_SETS["periodic"]
+
+
+def test_only_and_kill_switch(tmp_path):
+    cfg = make_config(str(tmp_path), "[health.checks.ecc]\nenabled = false\n")
+    report = run_checks(cfg, simulate="ecc-uncorrectable", only=["ecc", "row_remap"], node="s")
+    assert {r.check for r in report.results} == {"profile", "ecc", "row_remap"}
+    (ecc,) = by_check(report, "ecc")
+    assert ecc.code == "DISABLED"
+    assert report.exit_code == 0
+
+
+def test_bad_names_raise_config_error(fast_config, tmp_path):
+    with pytest.raises(ConfigError, match="--only"):
+        run_checks(fast_config, simulate="healthy-p5", only=["nope"])
+    with pytest.raises(ConfigError, match="no shipped scenario"):
+        run_checks(fast_config, simulate="no-such-scenario")
+    with pytest.raises(ConfigError, match="--profile"):
+        run_checks(fast_config, simulate="healthy-p5", profile="p99")
+    cfg = make_config(str(tmp_path), "[health.checks.bogus]\nenabled = false\n")
+    with pytest.raises(ConfigError, match="health.checks.bogus"):
+        run_checks(cfg, simulate="healthy-p5")
+
+
+def test_profile_selection(tmp_path):
+    cfg = make_config(str(tmp_path), '[health.profile_patterns]\n"gpu-*" = "p4d.24xlarge"\n')
+    assert run_checks(cfg, simulate="healthy-p5", node="gpu-1", only=["efa"]).profile == \
+        "p4d.24xlarge"
+    r = run_checks(cfg, simulate="healthy-p5", node="queue-st-p548xlarge-3", only=["efa"])
+    assert r.profile == "p5.48xlarge"
+    r = run_checks(cfg, simulate="healthy-p5", node="x", only=["efa"], profile="ib-8gpu")
+    assert r.profile == "ib-8gpu"
+
+
+def test_auto_profile_is_reported(tmp_path, monkeypatch):
+    cfg = make_config(str(tmp_path))
+    scen = tmp_path / "s.toml"
+    scen.write_text('base = "healthy-p5"\nprofile = ""\n')
+    report = run_checks(cfg, simulate=str(scen), node="plain", only=["gpu_count"])
+    (p,) = by_check(report, "profile")
+    assert (p.status, p.code) == ("warn", "PROFILE_AUTO")
+
+
+def test_gpu_scope(fast_config):
+    report = run_checks(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+                        node="s", gpu_indices=[0, 1])
+    assert [r.status for r in by_check(report, "ecc")] == ["ok"]
+    report = run_checks(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+                        node="s", gpu_indices=[5])
+    assert [r.code for r in by_check(report, "ecc")] == ["ECC_DBE"]
+
+
+def test_real_path_without_gpu_fails_closed(tmp_path):
+    """No simulation configured: the real NVML path. On a machine without a GPU driver,
+    NVML init fails and the verdict is unknown, never ok."""
+    cfg = make_config(str(tmp_path), nvml_timeout_s=5.0)
+    report = run_checks(cfg, only=["gpu_count"], node="real")
+    assert report.simulated is False
+    (r,) = by_check(report, "gpu_count")
+    if r.status == "ok":
+        pytest.skip("this machine has a working NVML")
+    assert r.status in ("unknown", "fail") and r.code.startswith("NVML")
