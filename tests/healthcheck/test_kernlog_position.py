@@ -112,7 +112,8 @@ def fake_journalctl(bindir, lines: list[dict], mode: str = "ok") -> None:
     body = {
         "ok": f'''#!/bin/sh
 for a in "$@"; do case "$a" in --after-cursor=*) c="${{a#--after-cursor=}}";; esac; done
-if [ -n "$c" ]; then sed -n "/\\"__CURSOR\\": \\"$c\\"/,\\$p" {data} | tail -n +2; else cat {data}; fi
+if [ -n "$c" ]; then sed -n "/\\"__CURSOR\\": \\"$c\\"/,\\$p" {data} | tail -n +2
+else cat {data}; fi
 ''',
         "garbage": "#!/bin/sh\necho 'not json at all'\n",
         "hang": "#!/bin/sh\nsleep 30\n",
@@ -123,7 +124,8 @@ if [ -n "$c" ]; then sed -n "/\\"__CURSOR\\": \\"$c\\"/,\\$p" {data} | tail -n +
 
 
 def rec(i: int, msg: str) -> dict:
-    return {"__CURSOR": f"s=abc;i={i}", "MESSAGE": msg, "_SOURCE_MONOTONIC_TIMESTAMP": str(i * 10**6)}
+    return {"__CURSOR": f"s=abc;i={i}", "MESSAGE": msg,
+            "_SOURCE_MONOTONIC_TIMESTAMP": str(i * 10**6)}
 
 
 def test_journal_source_cursors(tmp_path):
