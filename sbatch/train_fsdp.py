@@ -27,6 +27,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
 from resilient_slurm.events import EventLog
 from resilient_slurm.training import fsdp_state
 from resilient_slurm.training.checkpoint import Checkpointer
@@ -34,8 +37,6 @@ from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import FaultInjector, FaultOptions
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
-from torch import nn
-from torch.distributed.fsdp import fully_shard
 
 warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
 

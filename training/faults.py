@@ -211,3 +211,26 @@ class FaultInjector:
         assert self.node_dir is not None
         _install_node_scenario(self.node_dir)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print a schedule as JSON lines: ``python -m resilient_slurm.training.faults --count 5
+    --seed 42 --types exception,hang --steps 200 --world-size 8``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Print the fault schedule for these options.")
+    p.add_argument("--count", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--types", default=None)
+    p.add_argument("--weights", default=None)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    a = p.parse_args(argv)
+    o = FaultOptions.from_env(count=a.count, seed=a.seed, types=a.types, weights=a.weights)
+    for f in compute_schedule(o.count, o.seed, o.types, a.steps, a.world_size, o.weights):
+        print(json.dumps(asdict(f)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Acceptance: train_fsdp.py on 2 CPU ranks; faults restarted by ft_launcher end bitwise-equal."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from resilient_slurm.events import read_events  # noqa: E402
+from resilient_slurm.training import layout  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
+BIN = os.path.dirname(sys.executable)
+TRAIN = ["--steps", "24", "--checkpoint-every", "4", "--keep", "2", "--seed", "7"]
+# seed 21 on 24 steps x 2 ranks: sigkill at step 7 on rank 1 (before any commit... of step 8),
+# exception at step 12 on rank 0 (resumes from a committed save)
+FAULTS = ["--fault-count", "2", "--fault-seed", "21", "--fault-types", "exception,sigkill"]
+
+
+def _env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RESILIENT_", "SLURM"))}
+    env["RESILIENT_EVENTS_FILE"] = str(tmp_path / "events.jsonl")
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return env
+
+
+def _digests(out: str) -> list[str]:
+    return re.findall(r"weights digest: ([0-9a-f]{64})", out)
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float) -> str:
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _torchrun(ckpt: str, extra: list[str], env: dict[str, str]) -> str:
+    return _run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", "2",
+                 SCRIPT, "--checkpoint-dir", ckpt, *TRAIN, *extra], env, 240)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> str:
+    tmp = tmp_path_factory.mktemp("ref")
+    out = _torchrun(str(tmp / "ckpt"), [], _env(tmp))
+    digests = _digests(out)
+    assert len(digests) == 2 and len(set(digests)) == 1, out[-3000:]
+    return digests[0]
+
+
+@pytest.mark.train
+@pytest.mark.skipif(shutil.which("ft_launcher", path=BIN) is None, reason="no ft_launcher")
+def test_faults_restarted_by_ft_launcher_end_bitwise_equal(tmp_path, reference) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    env = _env(tmp_path)
+    out = _run([os.path.join(BIN, "ft_launcher"), "--standalone", "--nproc-per-node", "2",
+                "--max-restarts", "3", "--monitor-interval", "0.5", "--term-timeout", "10",
+                "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "60",
+                "--ft-enable-nic-monitor=false", SCRIPT, "--checkpoint-dir", ckpt, *TRAIN,
+                *FAULTS], env, 420)
+    assert _digests(out) == [reference, reference], out[-3000:]
+    events = list(read_events(env["RESILIENT_EVENTS_FILE"]))
+    faults = [(e["step"], e["rank"], e["type"]) for e in events if e["kind"] == "fault"]
+    assert faults == [(7, 1, "sigkill"), (12, 0, "exception")]
+    resumes = [e["step"] for e in events if e["kind"] == "resume"]
+    assert resumes == [0, 4, 8]  # fresh, after the SIGKILL, after the exception
+    assert any(e["kind"] == "progress" for e in events)
+    assert events[-1]["kind"] == "complete" and events[-1]["digest"] == reference
+    assert layout.latest_committed_step(ckpt) == 24
+    assert len(os.listdir(os.path.join(ckpt, "faults"))) == 2
+
+
+@pytest.mark.train
+def test_torchrun_resume_is_bitwise_exact(tmp_path, reference) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    env = _env(tmp_path)
+    first = _torchrun(ckpt, ["--steps", "10", "--sync-checkpoint"], env)
+    assert layout.latest_committed_step(ckpt) == 10 and len(_digests(first)) == 2
+    second = _torchrun(ckpt, [], env)
+    assert "resuming from step 10" in second
+    assert _digests(second) == [reference, reference]
+
+
+def test_same_fault_seed_same_schedule_in_two_runs() -> None:
+    argv = [sys.executable, "-m", "resilient_slurm.training.faults", "--count", "5", "--seed",
+            "42", "--types", "exception,hang,sigkill,node", "--weights", "0.4,0.2,0.2,0.2",
+            "--steps", "200", "--world-size", "4"]
+    runs = [subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0].splitlines()) == 5
+
+
+@pytest.mark.train
+def test_node_fault_outside_sandbox_fails_loudly(tmp_path) -> None:
+    env = _env(tmp_path)
+    env.pop("RESILIENT_SANDBOX_DIR", None)
+    env.pop("SLURMD_NODENAME", None)
+    proc = subprocess.run([sys.executable, SCRIPT, "--checkpoint-dir", str(tmp_path / "c"),
+                           "--steps", "5", "--fault-count", "1", "--fault-types", "node"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "RESILIENT_SANDBOX_DIR" in proc.stderr
+    assert not os.path.exists(tmp_path / "c" / "step_000001")
