@@ -10,12 +10,28 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import click
 
 from resilient_slurm.config import ConfigError, load_config
 
 from .model import Report
+
+
+def process_started() -> float:
+    """``time.monotonic()`` at this process's exec (from /proc; now if unreadable)."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - max(0.0, min(age, 60.0))
+
 
 _MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL", "unknown": "UNKNOWN"}
 
@@ -92,7 +108,7 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
         report = run_checks(config, check_set=check_set,
                             only=_names(only),
                             profile=profile, simulate=simulate, node=node,
-                            gpu_indices=_indices(gpus))
+                            gpu_indices=_indices(gpus), started=process_started())
     except ConfigError as exc:
         _config_error(exc)
         return

@@ -110,12 +110,18 @@ def select_checks(config: Config, check_set: str, only: list[str] | None) -> lis
 def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] | None = None,
                profile: str | None = None, simulate: str | None = None, node: str | None = None,
                gpu_indices: list[int] | None = None,
-               since_position: dict[str, Any] | None = None) -> Report:
+               since_position: dict[str, Any] | None = None,
+               started: float | None = None) -> Report:
     """Run a check set on this node and return the :class:`Report` (never raises for hardware;
-    raises :class:`ConfigError` for bad configuration or arguments)."""
+    raises :class:`ConfigError` for bad configuration or arguments).
+
+    Returns within ``health.watchdog_s`` of ``started`` (a ``time.monotonic()`` value; default
+    now): a CLI passes its process start so the whole command keeps the budget.
+    """
     start = time.monotonic()
     cfg = config.health
-    deadline = start + max(0.5, cfg.watchdog_s - WATCHDOG_MARGIN_S)
+    t0 = min(start, started) if started is not None else start
+    deadline = max(start + 0.5, t0 + cfg.watchdog_s - WATCHDOG_MARGIN_S)
     node = node or default_node()
     names = select_checks(config, check_set, only)
     scenario = resolve_scenario(config, simulate, node)
