@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
 from resilient_slurm.training import layout
 
 
@@ -55,6 +56,13 @@ def write_rank(state: Any, job: SaveJob) -> None:
         raise
     layout.write_done(job.directory, job.rank, job.session, job.step, job.world_size)
     layout.try_commit(job.directory, job.step, job.session, job.world_size)
+
+
+def write_rank_background(state: Any, job: SaveJob) -> None:
+    """:func:`write_rank` at lower CPU priority: the training process keeps its cores."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    write_rank(state, job)
 
 
 def to_host(state: Any) -> Any:
@@ -129,7 +137,7 @@ class ForkWriter:
         if pid == 0:  # child: write and leave without running any parent cleanup
             code = 1
             try:
-                write_rank(host, job)
+                write_rank_background(host, job)
                 code = 0
             finally:
                 os._exit(code)
@@ -211,7 +219,7 @@ class NvrxWriter:
 
     def start(self, state: Any, job: SaveJob) -> None:
         host = to_host(state)
-        request = self._core.AsyncRequest(write_rank, (host, job),
+        request = self._core.AsyncRequest(write_rank_background, (host, job),
                                           [lambda: self._ended.append(job)])
         with _cpu_compat():
             self._queue.schedule_async_request(request)
