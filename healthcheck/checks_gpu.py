@@ -97,8 +97,9 @@ def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: st
                   action=action, device=dev)
 
 
-def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext,
-                       scoped: bool = False) -> list[Result]:
+def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    """NVML answers and sees the profile's GPU count (node-wide, even in a scoped prolog:
+    a vanished GPU shifts the indices jobs are given)."""
     check = "gpu_count"
     if not snap.usable:
         return _unusable(check, snap)
@@ -112,10 +113,10 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext,
         elif "identity" in g.errors:
             out.append(_field_error(check, g, "identity", g.errors["identity"]))
     want, have = ctx.profile.gpus, snap.count or 0
-    if not scoped and want and have < want:
+    if want and have < want:
         out.append(Result(check, FAIL, "GPU_COUNT", f"{have} GPUs visible, profile expects "
                           f"{want}", f"nvml count={have} expected={want}", action="reboot"))
-    elif not scoped and want and have > want:
+    elif want and have > want:
         out.append(Result(check, WARN, "GPU_COUNT_HIGH", f"{have} GPUs visible, profile "
                           f"expects {want}", f"nvml count={have} expected={want}"))
     return out or [Result(check, OK, "OK", f"{have} GPUs, NVML responsive "

@@ -180,30 +180,32 @@ def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report:
     uses_log = any(CHECKS[n][0] == "kernlog" for n in names)
     store: PositionStore | None = None
     lock_cm: Any = None
+    may_save = True
     after = since_position
     if uses_log and since_position is None:
         store = PositionStore(seams.state_dir)
         if store.path:
             try:
                 lock_cm = fsutil.locked(store.path + ".lock",
-                                        timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                                        timeout=max(0.1, min(5.0, 0.25 * (deadline - time.monotonic()))))
                 lock_cm.__enter__()
             except (OSError, TimeoutError) as exc:
-                lock_cm = None
+                # Read from the saved position (written atomically) but do not move it: a
+                # line may be reported twice, never skipped.
+                lock_cm, may_save = None, False
                 report.results.append(Result("xid", WARN, "STATE_UNAVAILABLE", "kernel-log "
-                                             f"position not kept ({exc}): re-reading this boot",
+                                             f"position read but not advanced ({exc})",
                                              str(store.path)))
-                store = PositionStore(None)
-        try:
-            after = store.load(seams.klog.boot_id()) if store.path else None
-        except (OSError, ValueError):
-            after = None
+            try:
+                after = store.load(seams.klog.boot_id())
+            except (OSError, ValueError):
+                after = None
     try:
         gathered = _gather(_gatherers(config, seams, sel, names, gpu_indices, after, deadline),
                            deadline, report)
         report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices)
         read = gathered.values.get("kernlog")
-        if store is not None and isinstance(read, LogRead) and not read.error:
+        if store is not None and may_save and isinstance(read, LogRead) and not read.error:
             try:
                 store.save(read.position)
             except OSError as exc:
@@ -277,7 +279,7 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
     pci, default_gen = _pci_map(gathered.values.get("nvml"), sel, seams.sysfs_root)
     lctx = cl.LogContext(cfg, policy_for, pci, default_gen)
     evaluators: dict[str, Callable[[Any], list[Result]]] = {
-        "gpu_count": lambda s: cg.evaluate_gpu_count(s, gctx, gpu_indices is not None),
+        "gpu_count": lambda s: cg.evaluate_gpu_count(s, gctx),
         "ecc": lambda s: cg.evaluate_ecc(s, gctx),
         "row_remap": lambda s: cg.evaluate_row_remap(s, gctx),
         "retired_pages": lambda s: cg.evaluate_retired_pages(s, gctx),

@@ -58,6 +58,8 @@ class FakeNvml:
         return int(self.nvml.get("count", 8))
 
     def _get(self, i: int, key: str) -> Any:
+        if not 0 <= i < self.count():
+            raise GpuError("INVALID_ARGUMENT", f"no GPU {i}")
         over = self.gpus.get(str(i), {})
         if over.get("lost"):
             raise GpuError("GPU_IS_LOST", f"gpu{i} fell off the bus")
@@ -76,6 +78,8 @@ class FakeNvml:
                                        else f"00000000:{0x10 + i:02X}:00.0"))
 
     def identity(self, i: int) -> dict[str, Any]:
+        if not 0 <= i < self.count():
+            raise GpuError("INVALID_ARGUMENT", f"no GPU {i}")
         over = self.gpus.get(str(i), {})
         pci = self.pci(i)
         # A lost GPU still has a handle and a bus id (from the PCI probe); its queries fail.

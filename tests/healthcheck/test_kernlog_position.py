@@ -26,7 +26,7 @@ def node(tmp_path):
 
 
 def xids(report):
-    return [(r.code, r.device) for r in by_check(report, "xid") if r.status != "ok"]
+    return [(r.code, r.device) for r in by_check(report, "xid") if r.code.startswith("XID")]
 
 
 def test_install_writes_scenario_atomically(node):
@@ -169,3 +169,19 @@ def test_real_kmsg_position_advances():
     assert first.position and first.position["source"] == "kmsg"
     again = src.read(first.position, 2)
     assert all(r.seq >= first.position["seq"] for r in again.records)
+
+
+def test_busy_lock_reads_but_does_not_advance(node):
+    from resilient_slurm import fsutil
+
+    cfg, node_dir = node
+    run_checks(cfg, node="n1")
+    install_scenario(node_dir, "xid79")
+    lock = os.path.join(node_dir, "state", "health", "kernlog-position.json.lock")
+    with fsutil.locked(lock):
+        busy = run_checks(cfg, node="n1", only=["xid"])
+    assert xids(busy) == [("XID79", "gpu3")]
+    assert [r.code for r in by_check(busy, "xid") if r.status == "warn"] == ["STATE_UNAVAILABLE"]
+    # not advanced: the next run (lock free) still reports it, then never again
+    assert xids(run_checks(cfg, node="n1", only=["xid"])) == [("XID79", "gpu3")]
+    assert xids(run_checks(cfg, node="n1", only=["xid"])) == []

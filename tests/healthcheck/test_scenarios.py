@@ -123,3 +123,9 @@ def test_real_path_without_gpu_fails_closed(tmp_path):
     if r.status == "ok":
         pytest.skip("this machine has a working NVML")
     assert r.status in ("unknown", "fail") and r.code.startswith("NVML")
+
+
+def test_gpu_index_out_of_range_is_not_ok(fast_config):
+    report = run_checks(fast_config, check_set="prolog", simulate="healthy-p5", node="s",
+                        gpu_indices=[9])
+    assert report.exit_code == 3
