@@ -186,8 +186,8 @@ def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report:
         store = PositionStore(seams.state_dir)
         if store.path:
             try:
-                lock_cm = fsutil.locked(store.path + ".lock",
-                                        timeout=max(0.1, min(5.0, 0.25 * (deadline - time.monotonic()))))
+                wait = max(0.1, min(5.0, 0.25 * (deadline - time.monotonic())))
+                lock_cm = fsutil.locked(store.path + ".lock", timeout=wait)
                 lock_cm.__enter__()
             except (OSError, TimeoutError) as exc:
                 # Read from the saved position (written atomically) but do not move it: a
