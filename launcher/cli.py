@@ -12,6 +12,7 @@ import shlex
 import sys
 
 import click
+
 from resilient_slurm.launcher import plan
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,

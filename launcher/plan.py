@@ -168,7 +168,7 @@ def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str
                  job_id: int | None = None) -> list[str]:
     """One task per node on exactly ``nodes``."""
     argv = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--wait=0", "--unbuffered"]
+            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1", "--unbuffered"]
     if job_id is not None:
         argv.append(f"--jobid={job_id}")
     return [*argv, *extra, *inner]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
+
 from resilient_slurm.events import read_events
 
 

@@ -9,6 +9,9 @@ Exit codes (the contract, also in ``resilient-launch --help``):
 * ``4`` budget exhausted: a requeue was needed but ``--max-requeues`` is spent (or requeue
   refused / failed), or too few usable nodes and no requeue left;
 * ``5`` requeued: Slurm restarts this batch script (with blamed nodes excluded);
+* ``143`` terminated by SIGTERM (``scancel``, preemption): the training was asked to save and
+  the job is left to Slurm (never requeued by us); ``SIGUSR1`` (``--signal=B:USR1@T`` before a
+  time limit) instead means save, then requeue;
 * ``1`` internal error.
 """
 
@@ -28,6 +31,7 @@ from resilient_slurm.events import EventLog
 from resilient_slurm.launcher import blame, evidence, ledger, plan
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
+EXIT_TERMINATED = 143
 
 
 @dataclass
@@ -116,9 +120,14 @@ class Supervisor:
                 return self._verdict("completed", EXIT_DONE, f"training completed at {step}")
             if self.got_signal is not None:  # time limit / preemption: not a failure
                 name = signal.Signals(self.got_signal).name
-                self.log.emit("fault", fault_type="signal", signal=name, committed_step=step,
-                              detail="time limit or preemption: checkpoint, then requeue")
-                return self._requeue(f"{name} received")
+                if self.got_signal == signal.SIGTERM:
+                    self.log.emit("fault", type="signal", signal=name, committed_step=step,
+                                  detail="terminated (scancel or preemption); training saved")
+                    return self._verdict("terminated", EXIT_TERMINATED,
+                                         f"{name} received; left to Slurm")
+                self.log.emit("fault", type="signal", signal=name, committed_step=step,
+                              detail="time limit warning: checkpoint, then requeue")
+                return self._requeue(f"{name} received (time limit warning)")
             progressed = self.led.record_progress(step)
             self._save()
             decision = self._blame(nodes, cycle_dir, started)

@@ -6,6 +6,7 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from resilient_slurm.launcher import blame, evidence, ledger, requeue
 from resilient_slurm.launcher.blame import NodeEvidence as E
 from resilient_slurm.slurm import Job, SlurmError

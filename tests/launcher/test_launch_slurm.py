@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+
 from resilient_slurm.events import read_events
 from resilient_slurm.launcher import supervisor as sup
 

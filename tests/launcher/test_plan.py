@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from resilient_slurm.launcher import plan
 from resilient_slurm.launcher.node import parse_addrs, substitute
 
