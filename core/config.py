@@ -284,9 +284,22 @@ def _read_file(path: str) -> dict[str, Any]:
         raise ConfigError("", f"config file {path}: {exc.strerror or exc}") from None
 
 
+# Modules that declare sections of their own; imported before any file is validated, so a
+# [hooks] table is known to every command that reads the file, not only to the hooks.
+SECTION_MODULES = ("resilient_slurm.hooks.config",)
+
+
+def _import_sections() -> None:
+    import importlib
+
+    for module in SECTION_MODULES:
+        importlib.import_module(module)
+
+
 def load_config(path: str | None = None, *, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
     """Load and validate the configuration (see the module docstring for precedence)."""
+    _import_sections()
     env = os.environ if env is None else env
     explicit = path or env.get(ENV_PATH) or None
     source = explicit or DEFAULT_PATH

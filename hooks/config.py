@@ -29,14 +29,14 @@ class HooksConfig:
     reboot_enabled: bool = False
     slurm_conf: str = ""
     slurm_bin_dir: str = "/usr/bin:/usr/local/bin:/opt/slurm/bin"
-    slurm_timeout_s: float = 10.0
+    slurm_timeout_s: float = 8.0
     state_dir: str = "/var/lib/resilient-slurm/hooks/{node}"
     events_file: str = "/var/log/resilient-slurm/events.jsonl"
     metrics_file: str = ""
-    lock_timeout_s: float = 10.0
+    lock_timeout_s: float = 5.0
     prolog_budget_s: float = 20.0
     epilog_budget_s: float = 45.0
-    health_budget_s: float = 40.0
+    health_budget_s: float = 30.0
     epilog_diag_on_failure: bool = False
     epilog_diag_level: int = 2
 

@@ -36,7 +36,7 @@ events_file = "/var/log/resilient-slurm/events.jsonl"
 metrics_file = ""              # e.g. /var/lib/node_exporter/textfile/resilient.prom
 prolog_budget_s = 20
 epilog_budget_s = 45
-health_budget_s = 40
+health_budget_s = 30
 epilog_diag_on_failure = false # dcgmi diag -r 2 after a failed job (needs PrologEpilogTimeout)
 
 [health]

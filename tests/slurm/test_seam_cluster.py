@@ -34,7 +34,7 @@ def sinfo_reason(conf: str, node: str) -> tuple[str, str]:
 
 
 def test_drain_and_resume(sandbox, slurm) -> None:
-    reason = "rhc:XID79 gpu3"
+    reason = "test:XID79 gpu3"
     slurm.drain("node3", reason)
     state, shown = sinfo_reason(sandbox.conf, "node3")
     assert state == "drained" and shown == reason
@@ -63,10 +63,10 @@ def test_reboot_asap_marks_busy_node_then_cancel(sandbox, slurm, tmp_path) -> No
     jid = slurm.submit(str(script), ["-N1", "-w", "node2", "--output=/dev/null"], env=env)
     try:
         wait_until(lambda: slurm.job(jid).state == "RUNNING")
-        slurm.reboot_asap("node2", "rhc:XID79 gpu0")
+        slurm.reboot_asap("node2", "test:XID79 gpu0")
         node = slurm.node("node2")
         assert "REBOOT_REQUESTED" in node.flags and node.drain
-        assert node.reason.startswith("rhc:XID79 gpu0")
+        assert node.reason.startswith("test:XID79 gpu0")
     finally:
         slurm.cancel_reboot("node2")
         slurm.cancel(jid)
