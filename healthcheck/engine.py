@@ -167,11 +167,19 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
         "fi_info": lambda: _tool(["fi_info", "-p", "efa"], left(cfg.tool_timeout_s), seams),
         "dcgm_diag": lambda: _tool(["dcgmi", "diag", "-r", str(level), "-j"],
                                    left(cfg.dcgm_diag_timeout_s), seams),
-        "dcgm_health": lambda: _tool(["dcgmi", "health", "-g", "0", "-c", "-j"],
-                                     left(cfg.tool_timeout_s), seams),
+        "dcgm_health": lambda: _dcgm_health(seams, left, cfg.tool_timeout_s),
         "storage": storage,
     }
     return {k: v for k, v in table.items() if k in wanted}
+
+
+def _dcgm_health(seams: Seams, left: Callable[[float], float],
+                 timeout: float = 15.0) -> tuple[proc.Outcome, proc.Outcome | None]:
+    """``dcgmi health -c``; if the host engine has no watches yet, set them (``-s a``)."""
+    check = _tool(["dcgmi", "health", "-g", "0", "-c", "-j"], left(timeout), seams)
+    if tools.watches_missing(check):
+        return check, _tool(["dcgmi", "health", "-g", "0", "-s", "a"], left(timeout), seams)
+    return check, None
 
 
 def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report: Report,
@@ -299,7 +307,7 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
         "fi_info": lambda o: tools.evaluate_fi_info(o, prof.require_fi_info or prof.efa > 0),
         "dcgm_diag": lambda o: tools.evaluate_dcgm_diag(o, cfg.dcgm_diag_level,
                                                         prof.require_dcgm),
-        "dcgm_health": lambda o: tools.evaluate_dcgm_health(o, prof.require_dcgm),
+        "dcgm_health": lambda o: tools.evaluate_dcgm_health(o[0], prof.require_dcgm, o[1]),
         "storage": lambda outs: [r for p, o in outs for r in tools.evaluate_storage(p, o)]
         or [Result("storage", OK, "SKIPPED", "no storage paths configured")],
     }

@@ -116,11 +116,26 @@ def _find_key(node: Any, key: str) -> Any:
     return None
 
 
-def evaluate_dcgm_health(out: Outcome, required: bool = True) -> list[Result]:
+def watches_missing(out: Outcome) -> bool:
+    """dcgmi says no health watches are set (its wording varies by version)."""
+    text = (out.stdout + " " + out.stderr).lower()
+    return out.kind in ("ok", "nonzero") and "watch" in text and (
+        "not set" in text or "no health" in text or "not enabled" in text)
+
+
+def evaluate_dcgm_health(out: Outcome, required: bool = True,
+                         set_watches: Outcome | None = None) -> list[Result]:
+    """``dcgmi health -c -j``; ``set_watches`` is the ``-s a`` run made when none were set."""
     check = "dcgm_health"
     early = tool_failure(check, "DCGMI", out, required)
     if early:
         return [early]
+    if set_watches is not None:
+        if set_watches.ok:
+            return [Result(check, WARN, "DCGM_WATCHES_NEW", "dcgmi health watches were not set; "
+                           "set now, verdicts need ~60 s of samples", out.describe())]
+        return [Result(check, UNKNOWN, "DCGM_WATCHES_UNSET", "dcgmi health watches are not set "
+                       "and could not be set", set_watches.describe())]
     if out.kind != "ok":
         return [Result(check, UNKNOWN, "DCGMI_ERROR", out.describe(), out.describe())]
     try:

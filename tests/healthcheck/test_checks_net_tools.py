@@ -143,3 +143,13 @@ def test_storage_requires_its_own_mount(tmp_path):
     out = proc.run(tools.storage_argv(str(tmp_path), True), 10)
     (r,) = tools.evaluate_storage(str(tmp_path), out)
     assert r.code in ("OK", "STORAGE_NOT_MOUNTED")
+
+
+def test_dcgm_health_watches_not_set():
+    unset = outcome("nonzero", 255, err="Error: Health watches are not set for group 0")
+    assert tools.watches_missing(unset)
+    assert not tools.watches_missing(outcome(out='{"body": {}}'))
+    (r,) = tools.evaluate_dcgm_health(unset, True, outcome())
+    assert (r.status, r.code) == ("warn", "DCGM_WATCHES_NEW")
+    (r,) = tools.evaluate_dcgm_health(unset, True, outcome("nonzero", 1))
+    assert (r.status, r.code) == ("unknown", "DCGM_WATCHES_UNSET")
