@@ -136,8 +136,13 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
         if n not in enabled:
             report.results.append(Result(n, OK, "DISABLED", f"disabled by config "
                                          f"health.checks.{n}.enabled"))
-    seams = _seams(config, scenario)
-    _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
+    try:
+        seams = _seams(config, scenario)
+    except OSError as exc:  # e.g. no space for the simulated tree: nothing vouches
+        report.results += [Result(n, UNKNOWN, "SETUP_ERROR", f"could not prepare the run: {exc}")
+                           for n in enabled]
+    else:
+        _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
     report.results.insert(0, sel.result(node))
     report.duration_s = time.monotonic() - start
     return report

@@ -153,9 +153,14 @@ class Scenario:
         final = os.path.join(base, key)
         if not os.path.isdir(final):
             tmp = tempfile.mkdtemp(prefix=".build-", dir=base)
-            write_sysfs(os.path.join(tmp, "sys"), spec["rdma"])
-            write_gpu_pci(os.path.join(tmp, "sys"), pcis)
-            write_tools(os.path.join(tmp, "bin"), spec["tools"])
+            try:
+                write_sysfs(os.path.join(tmp, "sys"), spec["rdma"])
+                write_gpu_pci(os.path.join(tmp, "sys"), pcis)
+                write_tools(os.path.join(tmp, "bin"), spec["tools"])
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise ConfigError("simulate", f"scenario {self.path}: bad [rdma] or [tools] "
+                                  f"data: {exc}") from None
             try:
                 os.rename(tmp, final)
             except OSError:  # another run built it first

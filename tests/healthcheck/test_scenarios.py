@@ -129,3 +129,13 @@ def test_gpu_index_out_of_range_is_not_ok(fast_config):
     report = run_checks(fast_config, check_set="prolog", simulate="healthy-p5", node="s",
                         gpu_indices=[9])
     assert report.exit_code == 3
+
+
+def test_bad_scenario_data_is_a_config_error(fast_config, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "healthy-p5"\n[rdma]\nefa = "lots"\n')
+    with pytest.raises(ConfigError, match="simulate"):
+        run_checks(fast_config, simulate=str(bad), node="s")
+    bad.write_text("not toml [")
+    with pytest.raises(ConfigError, match="simulate"):
+        run_checks(fast_config, simulate=str(bad), node="s")
