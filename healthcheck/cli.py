@@ -48,8 +48,9 @@ def format_table(report: Report) -> str:
         head += "  [SIMULATED DATA]"
     lines = [head]
     width = max((len(r.check) for r in report.results), default=5)
+    cwidth = max((len(r.code) for r in report.results), default=4)
     for r in report.results:
-        lines.append(f"{_MARK[r.status]:<8} {r.check:<{width}} {r.code:<20} {r.reason}")
+        lines.append(f"{_MARK[r.status]:<8} {r.check:<{width}} {r.code:<{cwidth}} {r.reason}")
     if report.simulated:
         lines.append("note: simulated hardware (scenario), not this machine's")
     return "\n".join(lines)
