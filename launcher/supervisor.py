@@ -130,6 +130,10 @@ class Supervisor:
                 return self._requeue(f"{name} received (time limit warning)")
             progressed = self.led.record_progress(step)
             self._save()
+            if not stopped:
+                self.log.emit("fault", type="cycle-failed", rc=rc, step=step,
+                              detail="ft_launcher gave up (in-job restarts exhausted or a "
+                                     "node's launcher failed)")
             decision = self._blame(nodes, cycle_dir, started)
             if not decision.blamed and not progressed \
                     and self.led.no_progress >= self.cfg.no_progress_limit:
