@@ -18,9 +18,10 @@ from resilient_slurm.training import layout  # noqa: E402
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
 BIN = os.path.dirname(sys.executable)
 TRAIN = ["--steps", "24", "--checkpoint-every", "4", "--keep", "2", "--seed", "7"]
-# seed 21 on 24 steps x 2 ranks: sigkill at step 7 on rank 1 (before any commit... of step 8),
-# exception at step 12 on rank 0 (resumes from a committed save)
-FAULTS = ["--fault-count", "2", "--fault-seed", "21", "--fault-types", "exception,sigkill"]
+# seed 115 on 24 steps x 2 ranks: sigkill at step 7 on rank 1, exception at step 10 on rank 0,
+# hang at step 13 on rank 1 (found by the heartbeat timeout)
+FAULTS = ["--fault-count", "3", "--fault-seed", "115", "--fault-types", "exception,sigkill,hang"]
+EXPECTED_FAULTS = [(7, 1, "sigkill"), (10, 0, "exception"), (13, 1, "hang")]
 
 
 def _env(tmp_path) -> dict[str, str]:
@@ -59,23 +60,27 @@ def reference(tmp_path_factory) -> str:
 @pytest.mark.train
 @pytest.mark.skipif(shutil.which("ft_launcher", path=BIN) is None, reason="no ft_launcher")
 def test_faults_restarted_by_ft_launcher_end_bitwise_equal(tmp_path, reference) -> None:
+    """Exception, SIGKILL and hang, each restarted by ft_launcher: same final weights as the
+    fault-free run. The hang is found through missing heartbeats (10 s timeout), which the
+    saves and loads themselves never trip."""
     ckpt = str(tmp_path / "ckpt")
     env = _env(tmp_path)
     out = _run([os.path.join(BIN, "ft_launcher"), "--standalone", "--nproc-per-node", "2",
-                "--max-restarts", "3", "--monitor-interval", "0.5", "--term-timeout", "10",
-                "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "60",
+                "--max-restarts", "4", "--monitor-interval", "0.5", "--term-timeout", "5",
+                "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "10",
                 "--ft-enable-nic-monitor=false", SCRIPT, "--checkpoint-dir", ckpt, *TRAIN,
                 *FAULTS], env, 420)
     assert _digests(out) == [reference, reference], out[-3000:]
     events = list(read_events(env["RESILIENT_EVENTS_FILE"]))
     faults = [(e["step"], e["rank"], e["type"]) for e in events if e["kind"] == "fault"]
-    assert faults == [(7, 1, "sigkill"), (12, 0, "exception")]
+    assert faults == EXPECTED_FAULTS
     resumes = [e["step"] for e in events if e["kind"] == "resume"]
-    assert resumes == [0, 4, 8]  # fresh, after the SIGKILL, after the exception
+    assert len(resumes) == 4 and resumes[0] == 0  # fresh start + one restart per fault
+    assert resumes == sorted(resumes) and resumes[-1] >= 8  # resumed from committed saves
     assert any(e["kind"] == "progress" for e in events)
     assert events[-1]["kind"] == "complete" and events[-1]["digest"] == reference
     assert layout.latest_committed_step(ckpt) == 24
-    assert len(os.listdir(os.path.join(ckpt, "faults"))) == 2
+    assert len(os.listdir(os.path.join(ckpt, "faults"))) == 3
 
 
 @pytest.mark.train
@@ -109,3 +114,4 @@ def test_node_fault_outside_sandbox_fails_loudly(tmp_path) -> None:
     assert proc.returncode != 0
     assert "RESILIENT_SANDBOX_DIR" in proc.stderr
     assert not os.path.exists(tmp_path / "c" / "step_000001")
+
