@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from resilient_slurm.events import read_events
 from resilient_slurm.training.faults import (
     FAULT_TYPES,
@@ -119,3 +120,33 @@ def test_node_fault_without_sandbox_fails_at_schedule_time(tmp_path) -> None:
     env = {"RESILIENT_SANDBOX_DIR": "/sbx", "SLURMD_NODENAME": "node2"}
     inj = FaultInjector(opts, steps=10, rank=0, world_size=1, state_dir=str(tmp_path), env=env)
     assert inj.node_dir == os.path.join("/sbx", "nodes", "node2")
+
+
+NODE_FAULT_CHILD = """
+import sys
+from resilient_slurm.training.faults import FaultInjector, FaultOptions
+inj = FaultInjector(FaultOptions(count=1, seed=0, types=("node",)), steps=10, rank=0,
+                    world_size=1, state_dir=sys.argv[1])
+for step in range(10):
+    inj.maybe_fire(step)
+print("survived")
+"""
+
+
+def test_node_fault_installs_xid79_scenario_then_dies(tmp_path) -> None:
+    pytest.importorskip("resilient_slurm.healthcheck.simulate")
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RESILIENT_SANDBOX_DIR": str(tmp_path / "sbx"),
+           "SLURMD_NODENAME": "node3", "RESILIENT_EVENTS_FILE": str(tmp_path / "ev.jsonl")}
+    argv = [sys.executable, "-c", NODE_FAULT_CHILD, str(tmp_path / "state")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    scenario = tmp_path / "sbx" / "nodes" / "node3" / "scenario.toml"
+    assert scenario.exists() and "79" in scenario.read_text()
+    (event,) = read_events(str(tmp_path / "ev.jsonl"))
+    assert (event["kind"], event["type"], event["node"]) == ("fault", "node", "node3")
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "survived" in again.stdout  # fired once only
