@@ -72,15 +72,27 @@ def _indices(value: str | None) -> list[int] | None:
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
 def main(ctx: click.Context) -> None:
-    """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage)."""
+    """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage).
+
+    \b
+    With no command, this is Slurm's HealthCheckProgram: run the periodic checks on
+    $SLURMD_NODENAME, drain it with an `rhc:` reason when unhealthy, resume it when it is
+    healthy again and the drain was ours (config: $RESILIENT_SLURM_CONFIG or
+    /etc/resilient-slurm/config.toml). `resilient-health check` only reports.
+    """
     if ctx.invoked_subcommand is None:
         no_subcommand(ctx)
 
 
 def no_subcommand(ctx: click.Context) -> None:
-    """Bare ``resilient-health``: for now, help and exit 2 (will become HealthCheckProgram)."""
-    click.echo(ctx.get_help(), err=True)
-    ctx.exit(2)
+    """Bare ``resilient-health`` is Slurm's HealthCheckProgram: check, then drain or resume.
+
+    Config from ``$RESILIENT_SLURM_CONFIG`` or ``/etc/resilient-slurm/config.toml``; node from
+    ``SLURMD_NODENAME``. Exit status as documented for the hooks (0/1/3, 2 config, 4 hook).
+    """
+    from resilient_slurm.hooks.entry import health_main
+
+    ctx.exit(health_main([]))
 
 
 @main.command()

@@ -57,19 +57,30 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body) -> int:  
     hk = runner.hooks_cfg(config)
     try:
         with fsutil.locked(runner.state_path(config, "lock"), timeout=hk.lock_timeout_s):
-            return int(body(config, ctx, events))
+            status = int(body(config, ctx, events))
+        if _ABANDONED:
+            # A data source (e.g. NVML) is still wedged in a thread: leave without joining it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        return status
     except TimeoutError as exc:
         events.emit("hook_error", cause=str(exc))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
         return runner.EXIT_HOOK_ERROR
 
 
+_ABANDONED: list[str] = []
+
+
 def check(config: Config, ctx: HookContext, check_set: str, budget: float,
-           **kwargs):  # type: ignore[no-untyped-def]
+          **kwargs):  # type: ignore[no-untyped-def]
     from resilient_slurm.healthcheck.engine import run_checks
 
-    return run_checks(runner.with_budget(config, budget), check_set=check_set, node=ctx.node,
-                      **kwargs)
+    report = run_checks(runner.with_budget(config, budget), check_set=check_set, node=ctx.node,
+                        **kwargs)
+    _ABANDONED.extend(getattr(report, "abandoned", None) or [])
+    return report
 
 
 def job_file(config: Config, ctx: HookContext) -> str | None:
