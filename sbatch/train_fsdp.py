@@ -9,7 +9,8 @@ and resumed run ends with the same ``weights digest: <hex>`` line as an uninterr
 Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``resume``
 (step resumed from, 0 = fresh), ``progress`` (step, loss, step_time) every ``--log-every``
 steps and at each commit, ``checkpoint`` (step, stall) when a save is committed, ``complete``
-(step, digest). Faults (every rank): ``fault`` (step, rank, type, node).
+(step, digest), ``stopped`` (step, signal) after SIGTERM/SIGUSR1: all ranks save the same step,
+wait for its commit and exit 143. Faults (every rank): ``fault`` (step, rank, type, node).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import FaultInjector, FaultOptions
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
+from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal
 
 warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
 
@@ -196,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                     restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
                     requeue=os.environ.get("SLURM_RESTART_COUNT"))
 
+    stop = StopSignal()
+    stopped: int | None = None
     loss_value, step_time = math.nan, 0.0
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
@@ -216,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             if events:
                 events.emit("checkpoint", step=committed)
                 events.emit("progress", step=step, loss=loss_value, step_time=step_time)
-        if ckpt.due(step) or step == args.steps:
+        stopped = stop.agreed()
+        if ckpt.due(step) or step == args.steps or stopped:
             state = {"step": step, "train": fsdp_state.capture(model, optimizer),
                      "rng": rng_state(), "data": {"position": step}, "world_size": world}
             stall = ckpt.save(step, state)
@@ -225,14 +230,23 @@ def main(argv: list[str] | None = None) -> int:
             log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms")
             if events:
                 events.emit("progress", step=step, loss=loss_value, step_time=step_time)
+        if stopped:
+            break
 
+    last = step if start < args.steps else start
     with liveness.keepalive():
         ckpt.close()
         if start < args.steps:
-            ckpt.wait_committed(args.steps, timeout=args.pg_timeout)
+            ckpt.wait_committed(last, timeout=args.pg_timeout)
         for committed in ckpt.poll():
             if events:
                 events.emit("checkpoint", step=committed)
+    if stopped:
+        log(f"stopped by signal {stopped} at step {last}, checkpoint committed")
+        if events:
+            events.emit("stopped", step=last, signal=stopped, loss=loss_value)
+        dist.destroy_process_group()
+        return EXIT_STOPPED
     digest = tensor_digest(fsdp_state.full_model_state(model))
     digests: list[Any] = [None] * world
     dist.all_gather_object(digests, digest)

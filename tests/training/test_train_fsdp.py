@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -115,3 +116,28 @@ def test_node_fault_outside_sandbox_fails_loudly(tmp_path) -> None:
     assert "RESILIENT_SANDBOX_DIR" in proc.stderr
     assert not os.path.exists(tmp_path / "c" / "step_000001")
 
+
+
+@pytest.mark.train
+def test_sigterm_saves_the_current_step_and_resume_is_exact(tmp_path, reference) -> None:
+    """SIGTERM to torchrun (as on scancel): every rank saves one agreed step, commits, exits;
+    the next run resumes there and ends with the reference weights."""
+    ckpt = str(tmp_path / "ckpt")
+    env = _env(tmp_path)
+    argv = [os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", "2", SCRIPT,
+            "--checkpoint-dir", ckpt, *TRAIN, "--checkpoint-every", "100", "--step-sleep", "0.2"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "step 10 loss" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    stopped = [e for e in read_events(env["RESILIENT_EVENTS_FILE"]) if e["kind"] == "stopped"]
+    assert len(stopped) == 1, out[-3000:]
+    step = stopped[0]["step"]
+    assert 10 <= step < 24 and layout.latest_committed_step(ckpt) == step
+    second = _torchrun(ckpt, [], env)
+    assert f"resuming from step {step}" in second
+    assert _digests(second) == [reference, reference]
