@@ -1,4 +1,4 @@
-"""``resilient-slurm doctor``: what this machine offers the project, and which Slurm backend runs."""
+"""``resilient-slurm doctor``: which Slurm backend is in use, and does the controller answer."""
 
 from __future__ import annotations
 

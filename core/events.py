@@ -32,7 +32,8 @@ class EventLog:
         now = time.time()
         event: dict[str, Any] = {
             "ts": round(now, 3),
-            "time": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "time": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat(
+                timespec="milliseconds"),
             "kind": kind,
             "source": self.source,
             **self.defaults,
@@ -44,8 +45,8 @@ class EventLog:
             event.pop("details", None)
             line = json.dumps(event, default=str)[:MAX_EVENT_BYTES]
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(self.path, flags, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
         finally:

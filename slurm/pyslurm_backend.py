@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from resilient_slurm.slurm.cli_backend import CliSlurm, _check_name, _job_id, _words, sanitize_reason
+from resilient_slurm.slurm.cli_backend import (
+    CliSlurm,
+    _check_name,
+    _job_id,
+    _words,
+    sanitize_reason,
+)
 from resilient_slurm.slurm.hostlist import expand
 from resilient_slurm.slurm.model import NODE_FLAGS, Job, Node, SlurmError
 
@@ -41,7 +47,8 @@ class PySlurm(CliSlurm):
             flags = {w for w in words if w in NODE_FLAGS}
             if flags & {"DRAINED", "DRAINING"}:
                 flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
-            result.append(Node(str(name), base, frozenset(flags), str(getattr(n, "reason", "") or ""),
+            result.append(Node(str(name), base, frozenset(flags),
+                               str(getattr(n, "reason", "") or ""),
                                str(getattr(n, "reason_user", "") or "")))
         if names is None:
             return result

@@ -9,6 +9,15 @@ from resilient_slurm.slurm.cli_backend import CliSlurm
 from resilient_slurm.slurm.model import SlurmError
 
 
+def version_pair(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``25.11.0`` or ``22.5.1``."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def _pyslurm_status(cli: CliSlurm) -> tuple[Any, str]:
     """(module or None, why)."""
     try:
@@ -20,14 +29,13 @@ def _pyslurm_status(cli: CliSlurm) -> tuple[Any, str]:
         major, minor = cli.version()
     except SlurmError as exc:
         return None, f"cannot read the Slurm version to compare with pyslurm {version}: {exc}"
-    parts = str(version).split(".")
-    if len(parts) < 2 or (parts[0], parts[1]) != (str(major), f"{minor:02d}".lstrip("0") or "0") \
-            and (parts[0], parts[1].lstrip("0") or "0") != (str(major), str(minor)):
+    if version_pair(str(version)) != (major, minor):
         return None, f"pyslurm {version} does not match Slurm {major}.{minor:02d}"
     return pyslurm, f"pyslurm {version} matches Slurm {major}.{minor:02d}"
 
 
-def backend_choice(conf: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+def backend_choice(conf: str | None = None,
+                   env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """Which backend ``connect()`` would use here, and why."""
     cli = CliSlurm(conf=conf, env=env)
     mod, why = _pyslurm_status(cli)
@@ -41,7 +49,8 @@ def connect(
     bin_dir: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> CliSlurm:
-    """A Slurm handle. ``backend``: ``auto`` (pyslurm if usable, else CLI), ``cli`` or ``pyslurm``."""
+    """A Slurm handle; ``backend`` is ``auto`` (pyslurm if usable, else CLI), ``cli`` or
+    ``pyslurm``."""
     cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env)
     if backend == "cli":
         return cli

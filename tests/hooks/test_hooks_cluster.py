@@ -109,8 +109,8 @@ def test_prolog_failure_drains_and_job_completes_elsewhere(sandbox, slurm, tmp_p
         before = len(events(sandbox, source="prolog", node="node2", kind="drain"))
         fault(sandbox, "node2", "efa-port-down")
         jid = submit(slurm, sandbox, tmp_path, "srun hostname; echo done", "-N3", "--requeue")
-        job = wait_until(lambda: (j := slurm.job(jid)).state in ("COMPLETED", "FAILED") and j,
-                         timeout=90)
+        job = wait_until(lambda jid=jid: (j := slurm.job(jid)).state in ("COMPLETED", "FAILED")
+                         and j, timeout=90)
         assert job.state == "COMPLETED"
         assert "node2" not in job.nodes
         node = slurm.node("node2")

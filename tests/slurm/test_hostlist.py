@@ -21,7 +21,8 @@ def test_expand(expr: str, hosts: list[str]) -> None:
     assert expand(expr) == hosts
 
 
-@pytest.mark.parametrize("bad", ["node[1-", "node]1", "node[3-1]", "node[a-b]", "n[[1]]", "node[1-3"])
+@pytest.mark.parametrize("bad", ["node[1-", "node]1", "node[3-1]", "node[a-b]", "n[[1]]",
+                                 "node[1-3"])
 def test_expand_rejects_malformed(bad: str) -> None:
     with pytest.raises(HostlistError):
         expand(bad)

@@ -16,6 +16,18 @@ from resilient_slurm.slurm import SlurmError, connect
 pytestmark = pytest.mark.slurm
 
 
+@pytest.fixture(params=["cli", "pyslurm"])
+def slurm(request, sandbox):  # type: ignore[no-untyped-def]
+    """The seam, once per backend; pyslurm's run only where a matching pyslurm imports."""
+    from resilient_slurm.slurm import backend_choice
+
+    if request.param == "pyslurm":
+        chosen, why = backend_choice(conf=sandbox.conf)
+        if chosen != "pyslurm":
+            pytest.skip(f"pyslurm backend unavailable here: {why}")
+    return connect(conf=sandbox.conf, backend=request.param, timeout=10)
+
+
 def wait_until(pred, timeout: float = 30.0, every: float = 0.3):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
