@@ -63,8 +63,8 @@ def _rebuild(saved: Any, template: Any) -> Any:
         tmpl = template if isinstance(template, dict) else {}
         return {k: _rebuild(v, tmpl.get(k)) for k, v in saved.items()}
     if isinstance(saved, (list, tuple)):
-        tmpl = template if isinstance(template, (list, tuple)) else [None] * len(saved)
-        return type(saved)(_rebuild(v, t) for v, t in zip(saved, tmpl, strict=False))
+        seq = template if isinstance(template, (list, tuple)) else [None] * len(saved)
+        return type(saved)(_rebuild(v, t) for v, t in zip(saved, seq, strict=False))
     return saved
 
 
