@@ -60,7 +60,7 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
     return jid, ckpt, os.path.join(ckpt, ".resilient")
 
 
-def wait_job(slurm, jid: int, timeout: float = 150):  # type: ignore[no-untyped-def]
+def wait_job(slurm, jid: int, timeout: float = 240):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     job = slurm.job(jid)
     while time.monotonic() < deadline:
@@ -115,7 +115,7 @@ def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     # No --nodelist here: a required node list would conflict with the exclusion.
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2"],
                            ["--fault=node@5@node3"])
-    job = wait_job(slurm, jid, timeout=200)
+    job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 1
@@ -131,7 +131,7 @@ def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no
     jid, _, state = submit(slurm, clean, tmp_path, 2,
                            ["--max-requeues=2", "--no-progress-limit=1", "--max-restarts=1"],
                            ["--crash-at=5"])
-    job = wait_job(slurm, jid, timeout=200)
+    job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
     assert job.state == "FAILED", log
     assert job.restart_count <= 2
@@ -140,3 +140,15 @@ def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no
     assert f"(exit {sup.EXIT_NO_PROGRESS})" in log
     assert any(e.get("type") == "cycle-failed" for e in kinds(state, "fault"))
     assert all(e.get("restart_count", 0) <= 2 for e in kinds(state, "launch_start"))
+
+
+def test_hang_detected_and_restarted_in_job(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 2, [], ["--fault=hang@5"])
+    job = wait_job(slurm, jid)
+    assert job.state == "COMPLETED", log_of(tmp_path, jid)
+    assert job.restart_count == 0
+    fault = next(e for e in kinds(state, "fault") if e.get("type") == "hang")
+    resumed = [e for e in kinds(state, "resume") if e["ts"] > fault["ts"]]
+    assert resumed, "no resume after the hang"
+    # heartbeat timeout 8 s (+ monitor slack) + a restart (imports on 2 busy cores)
+    assert resumed[0]["ts"] - fault["ts"] < 8 + 5 + 25
