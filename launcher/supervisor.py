@@ -96,7 +96,7 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         self.led.job_id = self.alloc.job_id
         nodes = self.led.usable(list(self.alloc.nodes))
-        self.log.emit("launch_start", restart_count=self.alloc.restart_count,
+        self.log.emit("launch_start", restart_count=self.alloc.restart_count, pid=os.getpid(),
                       allocation=list(self.alloc.nodes), nodes=nodes,
                       excluded=sorted(self.led.excluded), nvrx=self.feats.version,
                       min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,

@@ -4,7 +4,9 @@ layout, targeted faults) so each run takes seconds on 2 cores."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
 import sys
 import time
 
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.slurm
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "tiny_train.py")
 BIN = os.path.dirname(sys.executable)
+DIGEST = "weights digest: " + hashlib.sha256(b"10").hexdigest()[:16]  # the fault-free run's
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
@@ -88,7 +91,7 @@ def test_exception_restarts_in_job(slurm, clean, tmp_path):  # type: ignore[no-u
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 0
-    assert "weights digest: " in log
+    assert DIGEST in log
     assert [e["verdict"] for e in kinds(state, "verdict")] == ["completed"]
     assert len(kinds(state, "cycle_start")) == 1
     assert any(e.get("type") == "exception" for e in kinds(state, "fault"))
@@ -109,6 +112,7 @@ def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     cycles = kinds(state, "cycle_start")
     assert cycles[-1]["nodes"] == ["node1", "node2"]
     assert kinds(state, "verdict")[-1]["verdict"] == "completed"
+    assert DIGEST in log
 
 
 def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -125,6 +129,7 @@ def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     assert len(rq) == 1 and rq[0]["excluded"] == ["node3"]
     verdicts = [e["verdict"] for e in kinds(state, "verdict")]
     assert verdicts == ["completed"]
+    assert DIGEST in log
 
 
 def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -152,3 +157,22 @@ def test_hang_detected_and_restarted_in_job(slurm, clean, tmp_path):  # type: ig
     assert resumed, "no resume after the hang"
     # heartbeat timeout 8 s (+ monitor slack) + a restart (imports on 2 busy cores)
     assert resumed[0]["ts"] - fault["ts"] < 8 + 5 + 25
+
+
+def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1"], ["--steps=20"])
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not any(
+            e.get("step", 0) >= 3 for e in kinds(state, "progress")):
+        time.sleep(0.5)
+    pid = kinds(state, "launch_start")[0]["pid"]
+    os.kill(pid, signal.SIGUSR1)  # what --signal=B:USR1@T delivers before the time limit
+    job = wait_job(slurm, jid, timeout=300)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 1
+    rq = kinds(state, "requeue")
+    assert len(rq) == 1 and "SIGUSR1" in rq[0]["reason"]
+    resumes = [e["step"] for e in kinds(state, "resume")]
+    assert resumes[0] == 0 and resumes[-1] >= 3
+    assert "weights digest: " + hashlib.sha256(b"20").hexdigest()[:16] in log

@@ -108,8 +108,10 @@ def main() -> int:
             with open(layout.rank_file(d, rank, session), "w") as fh:
                 fh.write(str(step))
             layout.write_done(d, rank, session, step, world)
-            deadline = time.time() + 20  # like a collective's timeout when a peer is gone
+            deadline = time.time() + (2 if stop["flag"] else 20)  # a collective's timeout
             while not layout.try_commit(d, step, session, world) and not layout.read_commit(d):
+                if time.time() > deadline and stop["flag"]:
+                    return 143
                 if time.time() > deadline:
                     raise RuntimeError(f"peers never finished step {step}")
                 time.sleep(0.2)  # lockstep at every save, as collectives would be
