@@ -127,8 +127,8 @@ def up(
     progs = preflight()
     paths = Paths(root)
     if os.path.exists(paths.meta):
-        meta = read_json_safe(paths)
-        if meta and any(_pid_alive(p) for p in meta.get("pids", [])):  # type: ignore[union-attr]
+        old = read_json_safe(paths)
+        if old and any(_pid_alive(p) for p in recorded_pids(old)):
             raise SandboxError(
                 f"a sandbox is already running in {paths.root}: "
                 f"`resilient-slurm sandbox down --dir {paths.root}` first"
@@ -210,6 +210,12 @@ def read_json_safe(paths: Paths) -> dict[str, object] | None:
         return None
 
 
+def recorded_pids(meta: dict[str, object]) -> list[int]:
+    """The daemon PIDs ``up`` recorded (munged, slurmctld, slurmd...), in start order."""
+    pids = meta.get("pids")
+    return [p for p in pids if isinstance(p, int)] if isinstance(pids, list) else []
+
+
 def _pid_alive(pid: object) -> bool:
     from resilient_slurm.sandbox.cluster import _alive
 
@@ -224,7 +230,7 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
         if quiet:
             return []
         raise SandboxError(f"no sandbox at {paths.root}")
-    if os.path.exists(paths.conf) and any(_pid_alive(p) for p in meta.get("pids", [])):  # type: ignore[union-attr]
+    if os.path.exists(paths.conf) and any(_pid_alive(p) for p in recorded_pids(meta)):
         slurm = connect(conf=paths.conf, backend="cli", timeout=5)
         try:
             for job in slurm.jobs():
@@ -238,7 +244,7 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
                 time.sleep(0.2)
         except SlurmError:
             pass  # controller already gone: the kill below still finds everything
-    pids = [p for p in meta.get("pids", []) if isinstance(p, int)]  # type: ignore[union-attr]
+    pids = recorded_pids(meta)
     # Job processes and step daemons first, then slurmd/slurmctld, munged last.
     others = [p for p in sandbox_processes(paths) if p not in pids]
     survivors = kill_pids(others)

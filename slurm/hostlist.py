@@ -23,7 +23,9 @@ MAX_HOSTS = 1_000_000
 
 def _split_top(expr: str) -> list[str]:
     """Split on commas that are not inside brackets."""
-    terms, depth, cur = [], 0, []
+    terms: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1
