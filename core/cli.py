@@ -1,4 +1,4 @@
-"""``resilient-slurm``: the admin's command (sandbox, doctor, and later install-hooks, report)."""
+"""``resilient-slurm``: the admin's command (sandbox, doctor, install-hooks, report)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,20 @@ def main() -> None:
       sandbox   a real multi-node Slurm cluster on this host (tests, demo, trials)
       doctor    which Slurm backend is in use, and why
       install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
+      report    a resilient-launch job's timeline, faults, recovery times and goodput
     """
 
 
 def _register() -> None:
     from resilient_slurm.doctor import doctor
     from resilient_slurm.hooks.cli import install_hooks
+    from resilient_slurm.launcher.report import report_command
     from resilient_slurm.sandbox.cli import sandbox
 
     main.add_command(sandbox)
     main.add_command(doctor)
     main.add_command(install_hooks)
+    main.add_command(report_command)
 
 
 _register()
