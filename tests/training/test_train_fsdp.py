@@ -141,3 +141,18 @@ def test_sigterm_saves_the_current_step_and_resume_is_exact(tmp_path, reference)
     second = _torchrun(ckpt, [], env)
     assert f"resuming from step {step}" in second
     assert _digests(second) == [reference, reference]
+
+
+@pytest.mark.train
+def test_reshard_from_two_ranks_to_one(tmp_path) -> None:
+    """Elastic relaunch on fewer ranks: the 2-rank save loads into 1 rank with the same weights
+    and training continues from it."""
+    ckpt = str(tmp_path / "ckpt")
+    env = _env(tmp_path)
+    two = _digests(_torchrun(ckpt, ["--steps", "8"], env))
+    assert len(two) == 2
+    alone = [sys.executable, SCRIPT, "--checkpoint-dir", ckpt, *TRAIN]
+    same = _run([*alone, "--steps", "8"], env, 120)
+    assert "resharded save 8 from 2 to 1 ranks" in same and _digests(same) == two[:1]
+    more = _run([*alone, "--steps", "10"], env, 120)
+    assert len(_digests(more)) == 1 and layout.latest_committed_step(ckpt) == 10
