@@ -1,0 +1,40 @@
+"""Runs ``sbatch/train_fsdp.py``, unless this node's simulated GPU has fallen off the bus.
+
+On real hardware a process started on a node whose GPU is lost (Xid 79) fails at CUDA init,
+every time, until the node is repaired. The sandbox simulates the GPU only for the health
+checks, so the benchmark puts this gate in front of the training for every mechanism alike:
+a restart on a bad node fails at once, as it would on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+import tomllib
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sbatch", "train_fsdp.py")
+
+
+def gpu_lost() -> str | None:
+    root, node = os.environ.get("RESILIENT_SANDBOX_DIR"), os.environ.get("SLURMD_NODENAME")
+    if not root or not node:
+        return None
+    try:
+        with open(os.path.join(root, "nodes", node, "scenario.toml"), "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    lost = [i for i, g in (data.get("gpus") or {}).items()
+            if isinstance(g, dict) and g.get("lost")]
+    return f"{node}: GPU {','.join(lost)} has fallen off the bus" if lost else None
+
+
+if __name__ == "__main__":
+    why = gpu_lost()
+    if why:
+        print(f"[gated_train] CUDA init failed: {why}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sys.argv[0] = TRAIN
+    runpy.run_path(TRAIN, run_name="__main__")

@@ -1,0 +1,332 @@
+"""Shared harness for ``scripts/demo.py`` and ``bench/run_all.py``: a 4-node sandbox, the seeded
+workload, job submission with a time bound, a live follower of the events, and per-run metrics.
+
+Nothing here is a test fixture: it drives the real sandbox cluster (slurmctld, slurmd, hooks) and
+the real training script, exactly as a user would through ``sbatch``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resilient_slurm.events import read_events
+from resilient_slurm.training.faults import Fault, compute_schedule
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TRAIN_SCRIPT = REPO / "sbatch" / "train_fsdp.py"
+GATED_TRAIN = REPO / "bench" / "gated_train.py"
+JOBS = REPO / "bench" / "jobs"
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Same model, steps, checkpoint interval and seeded fault schedule for every mechanism.
+
+    Seed 265 on 60 steps x 3 ranks gives one fault of each type plus a second SIGKILL, at least
+    6 steps apart: node@12, hang@22, sigkill@29, exception@36, sigkill@56."""
+
+    nodes: int = 3
+    steps: int = 60
+    checkpoint_every: int = 5
+    step_sleep: float = 0.2
+    seed: int = 1234
+    fault_count: int = 5
+    fault_seed: int = 265
+    fault_types: str = "exception,hang,sigkill,node"
+    fault_weights: str = "0.4,0.2,0.2,0.2"
+
+    def train_args(self, ckpt: str, faults: bool = True, sync: bool = False) -> list[str]:
+        args = ["--steps", str(self.steps), "--checkpoint-dir", ckpt,
+                "--checkpoint-every", str(self.checkpoint_every), "--step-sleep",
+                str(self.step_sleep), "--seed", str(self.seed), "--log-every", "1"]
+        if sync:
+            args.append("--sync-checkpoint")
+        if faults:
+            args += ["--fault-count", str(self.fault_count), "--fault-seed", str(self.fault_seed),
+                     "--fault-types", self.fault_types,
+                     "--fault-type-weights", self.fault_weights]
+        return args
+
+    def schedule(self) -> list[Fault]:
+        return compute_schedule(self.fault_count, self.fault_seed, self.fault_types.split(","),
+                                self.steps, self.nodes,
+                                [float(w) for w in self.fault_weights.split(",")])
+
+
+def describe_schedule(schedule: list[Fault]) -> str:
+    return ", ".join(f"{f.type}@{f.step}(rank {f.rank})" for f in schedule)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+class Cluster:
+    """A running sandbox: environment for Slurm commands, node reset, submit and wait."""
+
+    def __init__(self, root: str, nodes: int = 4) -> None:
+        self.root = root
+        self.n = nodes
+        self.conf = os.path.join(root, "etc", "slurm.conf")
+        self.env = {**os.environ, "SLURM_CONF": self.conf, "RESILIENT_SANDBOX_DIR": root,
+                    "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                    "PYTHONUNBUFFERED": "1"}
+        self.hook_events = os.path.join(root, "log", "events.jsonl")
+        from resilient_slurm.slurm import connect
+
+        self.slurm = connect(conf=self.conf, backend="cli", env=self.env)
+
+    def run(self, argv: list[str], timeout: float = 30) -> str:
+        r = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout,
+                           check=False)
+        return r.stdout + r.stderr
+
+    def reset_nodes(self, timeout: float = 60) -> None:
+        """Every node repaired (scenario cleared), resumed and idle: a clean start per run."""
+        from resilient_slurm.healthcheck.simulate import install_scenario
+
+        for node in self.slurm.nodes():
+            if not node.available or node.drain:
+                install_scenario(os.path.join(self.root, "nodes", node.name), "clear")
+        for node in self.slurm.nodes():
+            if not node.available or node.drain:
+                try:
+                    self.slurm.resume(node.name)
+                except Exception as exc:  # noqa: BLE001 - retried by the wait below
+                    print(f"[harness] resume {node.name}: {exc}", flush=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.slurm.nodes()
+            if all(n.state == "IDLE" and not n.flags for n in nodes):
+                return
+            for n in nodes:
+                if n.drain and time.monotonic() > deadline - timeout / 2:
+                    self.slurm.resume(n.name)
+            time.sleep(1)
+        raise RuntimeError("nodes not idle: " + "; ".join(n.describe() for n in self.slurm.nodes()))
+
+    def submit(self, script: Path, args: list[str], out: str, env: dict[str, str],
+               nodes: int = 3) -> int:
+        return int(self.slurm.submit(str(script), [f"--nodes={nodes}", "--export=ALL",
+                                                   f"--output={out}"], args,
+                                     env={**self.env, **env}))
+
+    def wait(self, jid: int, timeout: float, poll: Callable[[], None] | None = None,
+             interval: float = 1.0) -> tuple[str, bool]:
+        """Wait until the job ends or ``timeout`` passes (then cancel it). (state, timed_out)."""
+        deadline = time.monotonic() + timeout
+        state = "?"
+        while time.monotonic() < deadline:
+            try:
+                state = self.slurm.job(jid).state
+            except Exception:  # noqa: BLE001 - a busy controller: ask again
+                state = "?"
+            if poll:
+                poll()
+            if state in TERMINAL:
+                return state, False
+            time.sleep(interval)
+        self.slurm.cancel(jid)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and self.slurm.job(jid).state not in TERMINAL:
+            time.sleep(1)
+        return state, True
+
+
+@contextmanager
+def sandbox(root: str, nodes: int = 4) -> Iterator[Cluster]:
+    from resilient_slurm.sandbox import lifecycle
+
+    lifecycle.up(root, nodes=nodes)
+    try:
+        yield Cluster(root, nodes)
+    finally:
+        lifecycle.down(root, quiet=True)
+
+
+@dataclass
+class Follower:
+    """Tails event files and prints one readable line per interesting event."""
+
+    files: list[str]
+    steps: int
+    every: int = 10
+    t0: float = field(default_factory=time.time)
+    pos: dict[str, int] = field(default_factory=dict)
+    last_step: int = 0
+    job_state: str = ""
+    out: Callable[[str], None] = print
+
+    def line(self, what: str) -> None:
+        self.out(f"  [{time.time() - self.t0:6.1f}s] {what}")
+
+    def state(self, state: str) -> None:
+        if state != self.job_state and state != "?":
+            self.line(f"job {state.lower()}")
+            self.job_state = state
+
+    def poll(self) -> None:
+        for path in self.files:
+            for e in self._new(path):
+                self.show(e)
+
+    def _new(self, path: str) -> list[dict[str, Any]]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(self.pos.get(path, 0))
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind("\n") + 1
+        self.pos[path] = self.pos.get(path, 0) + len(data[:end].encode())
+        events = []
+        for raw in data[:end].splitlines():
+            try:
+                events.append(json.loads(raw))
+            except ValueError:
+                continue
+        return events
+
+    def show(self, e: dict[str, Any]) -> None:  # noqa: C901 - one branch per event kind
+        k, src = e.get("kind"), e.get("source")
+        if k == "progress":
+            s = int(e.get("step") or 0)
+            if (s % self.every == 0 or s == self.steps) and s != self.last_step:
+                bar = "#" * (20 * s // self.steps)
+                self.line(f"step {s:4d}/{self.steps} [{bar:20}] loss {float(e['loss']):.3f}")
+                self.last_step = s
+        elif k == "fault" and src == "training":
+            self.line(f"FAULT   {e.get('type')} injected at step {e.get('step')} on rank "
+                      f"{e.get('rank')} ({e.get('node')})")
+        elif k == "fault":
+            self.line(f"launcher: {e.get('type')} (rc {e.get('rc')}) {e.get('detail', '')}")
+        elif k == "resume" and src == "training":
+            how = "fresh start" if e.get("fresh") else f"resumed from step {e.get('step')}"
+            self.last_step = -1
+            self.line(f"training {how}: world {e.get('world_size')}, restart "
+                      f"{e.get('restart')}, requeue {e.get('requeue') or 0}")
+        elif k == "cycle_start":
+            self.line(f"launcher: cycle {e.get('cycle')} on {','.join(e.get('nodes') or [])}")
+        elif k == "stop_cycle":
+            self.line(f"launcher: stopping the cycle: {e.get('reason')}")
+        elif k == "blame":
+            self.line(f"launcher: blame -> {json.dumps(e.get('blamed'))}")
+        elif k == "exclude":
+            self.line(f"launcher: EXCLUDE {e.get('node')} ({e.get('mode')})")
+        elif k == "requeue":
+            self.line(f"launcher: REQUEUE excluding {','.join(e.get('excluded') or []) or '-'}: "
+                      f"{e.get('reason')}")
+        elif k == "verdict" and src == "launcher":
+            self.line(f"launcher: verdict {e.get('verdict')} (exit {e.get('exit_code')})")
+        elif k == "drain":
+            self.line(f"{src} hook: DRAIN {e.get('node')} reason {e.get('reason')!r}")
+        elif k == "resume" and src in ("health", "prolog", "epilog"):
+            self.line(f"{src} hook: resume {e.get('node')}")
+        elif k == "complete":
+            self.line(f"training complete at step {e.get('step')}, digest "
+                      f"{str(e.get('digest'))[:16]}...")
+
+
+@dataclass
+class RunResult:
+    mechanism: str
+    job_id: int
+    completed: bool
+    timed_out: bool
+    state: str
+    wall_s: float
+    productive_s: float
+    goodput: float
+    final_step: int | None
+    digest: str | None
+    requeues: int
+    restarts_in_job: int
+    faults: list[dict[str, Any]]
+    lost_steps: int
+    excluded: list[str]
+    fault_schedule_ok: bool
+
+
+def training_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("source") == "training"]
+
+
+def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out: bool,
+              wall_s: float, schedule: list[Fault], requeues: int,
+              excluded: list[str]) -> RunResult:
+    """Metrics of one run from its events (training + launcher) and the harness's wall time.
+
+    goodput = productive step time (each step counted once, the last time it was done, from
+    consecutive progress events) / wall time from submission to the job's end."""
+    from resilient_slurm.launcher import report
+
+    events = sorted(read_events(events_file), key=lambda e: float(e.get("ts", 0)))
+    rep = report.build(events)
+    complete = [e for e in events if e.get("kind") == "complete"]
+    faults = []
+    fired = []
+    for i, e in enumerate(events):
+        if e.get("kind") != "fault" or e.get("source") != "training":
+            continue
+        fired.append((e.get("step"), e.get("rank"), e.get("type")))
+        before = [x for x in events[:i] if x.get("kind") == "resume" and x.get("source") ==
+                  "training"]
+        high = max([int(x["step"]) for x in events[:i] if x.get("kind") == "progress"], default=0)
+        nxt = next((x for x in events[i + 1:] if x.get("kind") == "resume"
+                    and x.get("source") == "training"), None)
+        how = "not recovered"
+        if nxt is not None:
+            prev_rq = (before[-1].get("requeue") or "0") if before else "0"
+            if str(nxt.get("requeue") or "0") != str(prev_rq):
+                how = "requeue"
+            else:
+                how = "in-job restart"
+            mid = events[i + 1:events.index(nxt)]
+            excl = [x.get("node") for x in mid if x.get("kind") == "exclude"]
+            rq = [x for x in mid if x.get("kind") == "requeue"]
+            if rq and rq[0].get("excluded"):
+                how = "requeue excluding " + ",".join(rq[0]["excluded"])
+            elif excl:
+                how = "elastic relaunch without " + ",".join(str(n) for n in excl)
+        faults.append({
+            "step": e.get("step"), "rank": e.get("rank"), "type": e.get("type"),
+            "node": e.get("node"), "handled_by": how,
+            "recovery_s": round(float(nxt["ts"]) - float(e["ts"]), 1) if nxt else None,
+            "lost_steps": max(high - int(nxt.get("step") or 0), 0) if nxt else None})
+    restarts = sum(1 for f in faults if f["handled_by"] == "in-job restart")
+    expected = [(f.step, f.rank, f.type) for f in schedule]
+    completed = bool(complete) and state == "COMPLETED"
+    return RunResult(
+        mechanism=mechanism, job_id=jid, completed=completed, timed_out=timed_out, state=state,
+        wall_s=round(wall_s, 1), productive_s=round(rep.productive_s, 1),
+        goodput=round(rep.productive_s / wall_s, 4) if wall_s > 0 else 0.0,
+        final_step=rep.final_step, digest=complete[-1].get("digest") if complete else None,
+        requeues=requeues, restarts_in_job=restarts, faults=faults,
+        lost_steps=sum(f["lost_steps"] or 0 for f in faults), excluded=excluded,
+        fault_schedule_ok=fired == expected[:len(fired)] and (not completed
+                                                             or fired == expected))
+
+
+def outcome_order(r: RunResult) -> list[str]:
+    """What the repeat check compares: fault order and the kind of handling, per run."""
+    return [f"{f['type']}@{f['step']}:{str(f['handled_by']).split(' ')[0]}" for f in r.faults] + [
+        "completed" if r.completed else "not-completed"]

@@ -1,0 +1,371 @@
+"""``make bench``: the resilience benchmark on one 4-node sandbox (CPU, gloo, tiny model).
+
+Same model, steps, checkpoint interval and seeded 5-fault schedule for three mechanisms:
+
+* ``baseline``: ``sbatch/fsdp-baseline.sbatch`` (``srun torchrun`` + Slurm ``--requeue``);
+* ``ft_launcher``: ``bench/jobs/ft-launcher.sbatch`` (NVRx in-job restarts, nothing else);
+* ``resilient-launch``: ``bench/jobs/resilient.sbatch`` (blame, exclusion, requeue);
+
+plus a fault-free run (the goodput and digest reference), async vs synchronous checkpointing
+without faults at two intervals, ``bench/ckpt_bench.py`` (stall per save, ~117 MB state) and
+the hooks' cost (installed prolog and HealthCheckProgram shims on a simulated p5 node, 8 GPUs /
+32 EFA, with the environment Slurm gives them). Every run has a time bound: a run that does not
+finish in time is recorded as not completed with the time it used.
+
+Writes ``bench/results/results.json``, ``results.md`` and ``chart.png``. When a previous
+``results.json`` with the same workload exists, the fault order and the kind of handling per
+mechanism are compared with it (the repeat check) and the verdict is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+from harness import BIN, GATED_TRAIN, JOBS, REPO, Cluster, Workload  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+MECHANISMS = ("fault-free", "baseline", "ft_launcher", "resilient-launch")
+BOUND_S = {"fault-free": 420, "baseline": 1200, "ft_launcher": 600, "resilient-launch": 720}
+PG_TIMEOUT_S = 60  # baseline: how long healthy ranks wait on a hung one (torch default: 30 min)
+HB_TIMEOUT_S = 10  # ft_launcher / resilient-launch heartbeat timeout
+
+
+def run_mechanism(c: Cluster, mech: str, wl: Workload, work: str) -> harness.RunResult:
+    d = os.path.join(work, mech)
+    os.makedirs(d, exist_ok=True)
+    ckpt = os.path.join(d, "ckpt")
+    env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
+    events = os.path.join(d, "events.jsonl")
+    if mech in ("fault-free", "resilient-launch"):
+        script = JOBS / "resilient.sbatch"
+        env.update(RL_HB_TIMEOUT=str(HB_TIMEOUT_S))
+        events = os.path.join(ckpt, ".resilient", "events.jsonl")
+    elif mech == "baseline":
+        script = REPO / "sbatch" / "fsdp-baseline.sbatch"
+        env.update(RDZV_PORT=str(harness.free_port()), PG_TIMEOUT=str(PG_TIMEOUT_S),
+                   BASELINE_MAX_REQUEUES="6", RESILIENT_EVENTS_FILE=events)
+    else:
+        script = JOBS / "ft-launcher.sbatch"
+        env.update(RDZV_PORT=str(harness.free_port()), FT_HB_TIMEOUT=str(HB_TIMEOUT_S),
+                   RESILIENT_EVENTS_FILE=events)
+    args = wl.train_args(ckpt, faults=mech != "fault-free")
+    c.reset_nodes()
+    follow = harness.Follower([events, c.hook_events], wl.steps, every=20,
+                              out=lambda s: print(f"  {mech:16}{s}", flush=True))
+    follow.pos[c.hook_events] = os.path.getsize(c.hook_events) if os.path.exists(
+        c.hook_events) else 0
+    t0 = time.time()
+    jid = c.submit(script, args, os.path.join(d, "slurm-%j.out"), env, nodes=wl.nodes)
+    print(f"[{harness.stamp()}] {mech}: job {jid} ({script.relative_to(REPO)}), bound "
+          f"{BOUND_S[mech]} s", flush=True)
+    state, timed_out = c.wait(jid, BOUND_S[mech], poll=follow.poll, interval=2)
+    wall = time.time() - t0
+    follow.poll()
+    job = c.slurm.job(jid)
+    r = harness.summarize(mech, jid, events, state, timed_out, wall,
+                          wl.schedule() if mech != "fault-free" else [], job.restart_count,
+                          sorted(job.excluded))
+    print(f"[{harness.stamp()}] {mech}: {state}{' (time bound hit)' if timed_out else ''}, "
+          f"wall {r.wall_s:.0f} s, goodput {r.goodput:.1%}, requeues {r.requeues}, "
+          f"lost steps {r.lost_steps}", flush=True)
+    return r
+
+
+def hooks_cost(c: Cluster, runs: int = 5) -> dict[str, Any]:
+    """Wall time and peak RSS of the installed prolog and HealthCheckProgram shims on an idle
+    node whose simulated hardware is healthy-p5 (8 GPUs, 32 EFA), run as Slurm runs them."""
+    node = f"node{c.n}"
+    shims = Path(c.root) / "libexec" / "resilient-slurm"
+    out: dict[str, Any] = {"node": node, "scenario": "healthy-p5", "runs": runs}
+    for hook in ("prolog", "healthcheck"):
+        env = {"SLURMD_NODENAME": node}
+        walls, rss, codes = [], [], []
+        for i in range(runs + 1):
+            if hook == "prolog":
+                env.update(SLURM_JOB_ID=str(990000 + i), SLURM_CONF=c.conf, SLURM_JOB_UID="0",
+                           SLURM_JOB_USER="root", SLURM_NODELIST=node,
+                           SLURM_SCRIPT_CONTEXT="prolog_slurmd")
+            t = time.monotonic()
+            child = subprocess.Popen([str(shims / hook)], env=env, cwd=c.root,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, status, usage = os.wait4(child.pid, 0)
+            if i == 0:
+                continue  # warm-up: page cache
+            walls.append(time.monotonic() - t)
+            rss.append(usage.ru_maxrss / 1024)
+            codes.append(os.waitstatus_to_exitcode(status))
+        out[hook] = {"wall_s_median": round(statistics.median(walls), 3),
+                     "wall_s_max": round(max(walls), 3), "peak_rss_mib": round(max(rss), 1),
+                     "exit_codes": sorted(set(codes))}
+    hb = subprocess.run([sys.executable, str(REPO / "bench" / "health_bench.py"), "--runs",
+                         str(runs)], capture_output=True, text=True, timeout=300, check=False)
+    out["health_bench"] = hb.stdout.strip().splitlines()
+    return out
+
+
+def ckpt_efficiency(wl: Workload, work: str, intervals: tuple[int, int] = (4, 20),
+                    steps: int = 40) -> dict[str, Any]:
+    """Training-loop efficiency without faults: loop time without periodic saves / loop time
+    with saves every k steps, async vs synchronous (one process, a larger model: ~20 MB of
+    parameters and AdamW state ~60 MB)."""
+    model = ["--d-model", "384", "--layers", "4", "--vocab", "512", "--steps", str(steps),
+             "--seed", str(wl.seed), "--log-every", "1"]
+    runs: dict[str, float] = {}
+
+    def loop_time(name: str, extra: list[str]) -> float:
+        d = os.path.join(work, "ckpt-eff", name)
+        ev = os.path.join(d, "events.jsonl")
+        os.makedirs(d, exist_ok=True)
+        subprocess.run([sys.executable, str(harness.TRAIN_SCRIPT), "--checkpoint-dir",
+                        os.path.join(d, "ckpt"), *model, *extra],
+                       env={**os.environ, "RESILIENT_EVENTS_FILE": ev}, timeout=600,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        evs = list(harness.read_events(ev))
+        start = next(float(e["ts"]) for e in evs if e.get("kind") == "resume")
+        end = max(float(e["ts"]) for e in evs if e.get("kind") == "progress")
+        return end - start
+
+    runs["none"] = loop_time("none", ["--checkpoint-every", str(10 * steps)])
+    for k in intervals:
+        for mode in ("async", "sync"):
+            extra = ["--checkpoint-every", str(k)] + (["--sync-checkpoint"] if mode == "sync"
+                                                      else [])
+            runs[f"{mode}@{k}"] = loop_time(f"{mode}-{k}", extra)
+            print(f"[{harness.stamp()}] checkpoint {mode} every {k}: loop "
+                  f"{runs[f'{mode}@{k}']:.1f} s (no saves: {runs['none']:.1f} s)", flush=True)
+    eff = {name: round(runs["none"] / t, 3) for name, t in runs.items() if name != "none"}
+    return {"steps": steps, "intervals": list(intervals), "loop_s": {k: round(v, 2) for k, v in
+                                                                      runs.items()},
+            "efficiency": eff}
+
+
+def stall_bench() -> dict[str, Any]:
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "ckpt_bench.py"), "--saves", "3"],
+                       capture_output=True, text=True, timeout=600, check=False)
+    m = re.search(r"async/sync stall ratio: ([\d.]+)%.*?; ([\d.]+)% counting", r.stdout)
+    return {"output": r.stdout.strip().splitlines(),
+            "stall_ratio": float(m.group(1)) / 100 if m else None,
+            "overhead_ratio": float(m.group(2)) / 100 if m else None}
+
+
+def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    by = {r["mechanism"]: r for r in res["runs"]}
+    rl, base, ref = by.get("resilient-launch"), by.get("baseline"), by.get("fault-free")
+    out = []
+    if rl and base:
+        x = rl["goodput"] / base["goodput"] if base["goodput"] else float("inf")
+        out.append({"target": "resilient-launch goodput >= 3x baseline",
+                    "value": f"{x:.2f}x", "met": x >= 3})
+    if rl and ref:
+        x = rl["goodput"] / ref["goodput"] if ref["goodput"] else 0.0
+        out.append({"target": "resilient-launch goodput >= 0.85 of fault-free",
+                    "value": f"{x:.2f}", "met": x >= 0.85})
+    if rl:
+        inj = [f for f in rl["faults"] if f["handled_by"] == "in-job restart"]
+        worst = max(((f["recovery_s"] or 1e9) - (HB_TIMEOUT_S if f["type"] == "hang" else 0)
+                     for f in inj), default=None)
+        out.append({"target": "in-job recovery <= 10 s + checkpoint load (hang: after the "
+                              f"{HB_TIMEOUT_S} s heartbeat timeout)",
+                    "value": f"worst {worst:.1f} s" if worst is not None else "n/a",
+                    "met": worst is not None and worst <= 10})
+    stall = res.get("stall", {}).get("stall_ratio")
+    if stall is not None:
+        out.append({"target": "async checkpoint stall <= 5% of synchronous (ckpt_bench.py)",
+                    "value": f"{stall:.1%}", "met": stall <= 0.05})
+    return out
+
+
+def fmt_faults(r: dict[str, Any]) -> str:
+    parts = []
+    for f in r["faults"]:
+        rec = f"{f['recovery_s']:.0f}s" if f["recovery_s"] is not None else "never"
+        parts.append(f"{f['type']}: {rec}")
+    return ", ".join(parts) or "-"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    wl = res["workload"]
+    ref = next((r for r in res["runs"] if r["mechanism"] == "fault-free"), None)
+    lines = [
+        f"Workload: {wl['nodes']} nodes x 1 CPU rank, FSDP2/gloo tiny transformer, {wl['steps']} "
+        f"steps, checkpoint every {wl['checkpoint_every']}, step sleep {wl['step_sleep']} s; "
+        f"faults: seed {wl['fault_seed']} -> {res['schedule']}.",
+        "",
+        "| mechanism | completed | wall s | productive s | goodput | vs fault-free | requeues "
+        "| in-job restarts | lost steps | recovery per fault | digest = fault-free |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["runs"]:
+        rel = r["goodput"] / ref["goodput"] if ref and ref["goodput"] else 0.0
+        same = "-" if r["mechanism"] == "fault-free" else (
+            "yes" if r["digest"] and ref and r["digest"] == ref["digest"] else "no")
+        done = "yes" if r["completed"] else ("no (time bound)" if r["timed_out"] else
+                                             f"no ({r['state'].lower()})")
+        lines.append(f"| {r['mechanism']} | {done} | {r['wall_s']:.0f} | {r['productive_s']:.1f} "
+                     f"| {r['goodput']:.1%} | {rel:.2f} | {r['requeues']} "
+                     f"| {r['restarts_in_job']} | {r['lost_steps']} | {fmt_faults(r)} | {same} |")
+    ck = res.get("checkpointing")
+    if ck:
+        lines += ["", f"Checkpointing without faults (1 process, ~20 MB model, {ck['steps']} steps;"
+                  f" efficiency = loop time without saves / with saves):", "",
+                  "| interval | async | sync |", "|---|---|---|"]
+        for k in ck["intervals"]:
+            lines.append(f"| every {k} steps | {ck['efficiency'][f'async@{k}']:.1%} "
+                         f"| {ck['efficiency'][f'sync@{k}']:.1%} |")
+    st = res.get("stall")
+    if st and st.get("stall_ratio") is not None:
+        lines += ["", f"`bench/ckpt_bench.py` (~117 MB state): async stall = "
+                  f"{st['stall_ratio']:.1%} of synchronous per save (call stall), "
+                  f"{st['overhead_ratio']:.1%} counting loop overhead."]
+    hk = res.get("hooks")
+    if hk:
+        lines += ["", f"Hooks on a simulated p5 node (8 GPUs, 32 EFA; installed shims, Slurm's "
+                  f"environment; {hk['runs']} runs):", "",
+                  "| hook | wall median | wall max | peak RSS |", "|---|---|---|---|"]
+        for h in ("prolog", "healthcheck"):
+            lines.append(f"| {h} | {hk[h]['wall_s_median']:.2f} s | {hk[h]['wall_s_max']:.2f} s "
+                         f"| {hk[h]['peak_rss_mib']:.0f} MiB |")
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    for t in res["targets"]:
+        lines.append(f"| {t['target']} | {t['value']} | {'yes' if t['met'] else 'no'} |")
+    rc = res.get("repeat_check")
+    if rc:
+        lines += ["", f"Repeat check (same seed, previous run): {rc['verdict']}."]
+    return "\n".join(lines) + "\n"
+
+
+def chart(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = res["runs"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    names = [r["mechanism"] for r in runs]
+    colors = ["grey", "tab:red", "tab:orange", "tab:green"][:len(runs)]
+    axes[0].bar(names, [r["goodput"] * 100 for r in runs], color=colors)
+    for i, r in enumerate(runs):
+        axes[0].text(i, r["goodput"] * 100, "done" if r["completed"] else "not done",
+                     ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylabel("goodput %")
+    axes[0].set_title("goodput (productive step time / wall)")
+    axes[0].tick_params(axis="x", labelsize=8)
+    faulted = [r for r in runs if r["mechanism"] != "fault-free"]
+    width = 0.8 / max(len(faulted), 1)
+    for j, r in enumerate(faulted):
+        xs = [i + j * width for i in range(len(r["faults"]))]
+        ys = [f["recovery_s"] if f["recovery_s"] is not None else 0 for f in r["faults"]]
+        axes[1].bar(xs, ys, width, label=r["mechanism"],
+                    color=colors[names.index(r["mechanism"])])
+    if faulted:
+        axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(res["schedule_list"]))],
+                           res["schedule_list"], fontsize=7, rotation=20)
+    axes[1].set_ylabel("seconds (0 = never recovered)")
+    axes[1].set_title("recovery time per fault")
+    axes[1].legend(fontsize=7)
+    ck = res.get("checkpointing")
+    if ck:
+        ks = ck["intervals"]
+        for j, mode in enumerate(("async", "sync")):
+            axes[2].bar([i + j * 0.4 for i in range(len(ks))],
+                        [ck["efficiency"][f"{mode}@{k}"] * 100 for k in ks], 0.4, label=mode)
+        axes[2].set_xticks([i + 0.2 for i in range(len(ks))], [f"every {k}" for k in ks])
+        axes[2].set_ylabel("training efficiency %")
+        axes[2].set_title("checkpointing, no faults")
+        axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def repeat_check(prev: dict[str, Any] | None, res: dict[str, Any]) -> dict[str, Any] | None:
+    if not prev or prev.get("workload") != res["workload"]:
+        return None
+    old = {r["mechanism"]: r.get("outcomes") for r in prev.get("runs", [])}
+    diffs = {r["mechanism"]: {"previous": old.get(r["mechanism"]), "now": r["outcomes"]}
+             for r in res["runs"] if r["mechanism"] in old and old[r["mechanism"]] != r["outcomes"]}
+    same_sched = prev.get("schedule") == res["schedule"]
+    ok = same_sched and not diffs
+    verdict = ("same fault schedule and same ordering of outcomes as the previous run" if ok else
+               f"schedule {'same' if same_sched else 'DIFFERENT'}; outcomes differ for "
+               f"{', '.join(diffs) or '-'}")
+    return {"ok": ok, "verdict": verdict, "previous_generated": prev.get("generated"),
+            "differences": diffs}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--dir", default=None, help="sandbox and run directory (default: temp)")
+    ap.add_argument("--only", default=",".join(MECHANISMS),
+                    help="comma list of mechanisms to run")
+    ap.add_argument("--skip-ckpt", action="store_true")
+    ap.add_argument("--skip-hooks", action="store_true")
+    a = ap.parse_args()
+    wl = Workload()
+    schedule = wl.schedule()
+    work = a.dir or tempfile.mkdtemp(prefix="rs-bench-")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prev_path = out / "results.json"
+    prev = json.loads(prev_path.read_text()) if prev_path.exists() else None
+    started = time.time()
+    print(f"[{harness.stamp()}] bench in {work}; fault schedule (seed {wl.fault_seed}): "
+          f"{harness.describe_schedule(schedule)}", flush=True)
+    res: dict[str, Any] = {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workload": asdict(wl),
+        "schedule": harness.describe_schedule(schedule),
+        "schedule_list": [f"{f.type}@{f.step}" for f in schedule],
+        "machine": {"cpus": os.cpu_count(), "load_avg_at_start": round(os.getloadavg()[0], 1),
+                    "python": sys.version.split()[0]},
+        "settings": {"bound_s": BOUND_S, "baseline_pg_timeout_s": PG_TIMEOUT_S,
+                     "heartbeat_timeout_s": HB_TIMEOUT_S, "baseline_max_requeues": 6,
+                     "in_job_max_restarts": 5, "resilient_min_nodes": 3},
+        "runs": []}
+    root = os.path.join(work, "sandbox")
+    with harness.sandbox(root) as c:
+        if not a.skip_hooks:
+            res["hooks"] = hooks_cost(c)
+            brief = {k: res["hooks"][k] for k in ("prolog", "healthcheck")}
+            print(f"[{harness.stamp()}] hooks: {json.dumps(brief)}", flush=True)
+        for mech in MECHANISMS:
+            if mech in a.only.split(","):
+                r = run_mechanism(c, mech, wl, work)
+                res["runs"].append({**asdict(r), "outcomes": harness.outcome_order(r)})
+    if not a.skip_ckpt:
+        res["checkpointing"] = ckpt_efficiency(wl, work)
+        res["stall"] = stall_bench()
+        print(f"[{harness.stamp()}] ckpt_bench: {res['stall']['output'][-1:]}", flush=True)
+    res["targets"] = targets(res)
+    res["repeat_check"] = repeat_check(prev, res)
+    res["elapsed_s"] = round(time.time() - started)
+    res["machine"]["load_avg_at_end"] = round(os.getloadavg()[0], 1)
+    (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    md = markdown(res)
+    (out / "results.md").write_text(md)
+    chart(res, out / "chart.png")
+    print(md)
+    print(f"[{harness.stamp()}] wrote {out}/results.json, results.md, chart.png in "
+          f"{res['elapsed_s']} s")
+    if a.dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
