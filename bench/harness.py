@@ -130,7 +130,7 @@ class Cluster:
                                                    f"--output={out}"], args,
                                      env={**self.env, **env}))
 
-    def wait(self, jid: int, timeout: float, poll: Callable[[], None] | None = None,
+    def wait(self, jid: int, timeout: float, poll: Callable[[str], None] | None = None,
              interval: float = 1.0) -> tuple[str, bool]:
         """Wait until the job ends or ``timeout`` passes (then cancel it). (state, timed_out)."""
         deadline = time.monotonic() + timeout
@@ -141,7 +141,7 @@ class Cluster:
             except Exception:  # noqa: BLE001 - a busy controller: ask again
                 state = "?"
             if poll:
-                poll()
+                poll(state)
             if state in TERMINAL:
                 return state, False
             time.sleep(interval)
@@ -229,7 +229,11 @@ class Follower:
         elif k == "stop_cycle":
             self.line(f"launcher: stopping the cycle: {e.get('reason')}")
         elif k == "blame":
-            self.line(f"launcher: blame -> {json.dumps(e.get('blamed'))}")
+            blamed = e.get("blamed") or {}
+            why = "; ".join(f"{n}: {(r or ['?'])[0][:70]}" + (f" (+{len(r) - 1} more)"
+                                                             if len(r) > 1 else "")
+                            for n, r in blamed.items())
+            self.line(f"launcher: blame -> {why or 'no node to blame'}")
         elif k == "exclude":
             self.line(f"launcher: EXCLUDE {e.get('node')} ({e.get('mode')})")
         elif k == "requeue":

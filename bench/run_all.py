@@ -72,7 +72,7 @@ def run_mechanism(c: Cluster, mech: str, wl: Workload, work: str) -> harness.Run
     jid = c.submit(script, args, os.path.join(d, "slurm-%j.out"), env, nodes=wl.nodes)
     print(f"[{harness.stamp()}] {mech}: job {jid} ({script.relative_to(REPO)}), bound "
           f"{BOUND_S[mech]} s", flush=True)
-    state, timed_out = c.wait(jid, BOUND_S[mech], poll=follow.poll, interval=2)
+    state, timed_out = c.wait(jid, BOUND_S[mech], poll=lambda _s: follow.poll(), interval=2)
     wall = time.time() - t0
     follow.poll()
     job = c.slurm.job(jid)
