@@ -257,7 +257,9 @@ def chart(res: dict[str, Any], path: Path) -> None:
     runs = res["runs"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     names = [r["mechanism"] for r in runs]
-    colors = ["grey", "tab:red", "tab:orange", "tab:green"][:len(runs)]
+    palette = {"fault-free": "grey", "baseline": "tab:red", "ft_launcher": "tab:orange",
+               "resilient-launch": "tab:green"}
+    colors = [palette.get(n, "tab:blue") for n in names]
     axes[0].bar(names, [r["goodput"] * 100 for r in runs], color=colors)
     for i, r in enumerate(runs):
         axes[0].text(i, r["goodput"] * 100, "done" if r["completed"] else "not done",
@@ -271,7 +273,7 @@ def chart(res: dict[str, Any], path: Path) -> None:
         xs = [i + j * width for i in range(len(r["faults"]))]
         ys = [f["recovery_s"] if f["recovery_s"] is not None else 0 for f in r["faults"]]
         axes[1].bar(xs, ys, width, label=r["mechanism"],
-                    color=colors[names.index(r["mechanism"])])
+                    color=palette.get(r["mechanism"], "tab:blue"))
     if faulted:
         axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(res["schedule_list"]))],
                            res["schedule_list"], fontsize=7, rotation=20)
