@@ -126,7 +126,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
     sandbox = env.get("RESILIENT_SANDBOX_DIR")
     if health_config is None and sandbox:
-        health_config = _sandbox_health_config(sdir, sandbox)
+        health_config = _sandbox_health_config(sdir, sandbox, write=not dry_run)
     cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
                    min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
@@ -152,12 +152,14 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     sys.exit(code)
 
 
-def _sandbox_health_config(state_dir: str, sandbox: str) -> str:
+def _sandbox_health_config(state_dir: str, sandbox: str, write: bool = True) -> str:
+    """In the sandbox the sweep reads each node's simulated hardware."""
     from resilient_slurm.fsutil import atomic_write
 
     path = os.path.join(state_dir, "health.toml")
     simulate = os.path.join(sandbox, "nodes", "{node}", "scenario.toml")
-    atomic_write(path, f'[health]\nsimulate = "{simulate}"\n')
+    if write:
+        atomic_write(path, f'[health]\nsimulate = "{simulate}"\n')
     return path
 
 
@@ -185,12 +187,9 @@ def _print_plan(slurm: object, alloc: plan.Allocation, opts: plan.LaunchOptions,
     cyc = plan.plan_cycle(alloc, opts, feats, nodes, addrs, led.cycles + 1, cycle_dir)
     echo(f"cycle {cyc.number}: rendezvous {cyc.endpoint} id {cyc.rdzv_id}")
     echo(shlex.join(cyc.argv))
-    from resilient_slurm.launcher.evidence import health_program
-
-    echo("health sweep after a failed cycle: " + shlex.join(plan.srun_command(
-        list(alloc.nodes), [health_program(), "check", "--json",
-                            *(["--config", cfg.health_config] if cfg.health_config else [])],
-        ["--overlap"], alloc.job_id)))
+    echo("health sweep after a failed cycle: " + shlex.join(evidence.health_argv(
+        list(alloc.nodes), os.path.join(cycle_dir, "health"), alloc.job_id, cfg.health_config,
+        cfg.health_timeout)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -131,14 +131,21 @@ def parse_health(rec: Mapping[str, Any] | None) -> tuple[str, tuple[str, ...]]:
     return status, reasons
 
 
-def health_sweep(nodes: Sequence[str], out_dir: str, job_id: int, env: Mapping[str, str],
-                 config: str | None, timeout: float) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Run ``resilient-health check --json`` on every node at once; no answer -> no-answer."""
+def health_argv(nodes: Sequence[str], out_dir: str, job_id: int, config: str | None,
+                timeout: float) -> list[str]:
+    """The sweep's srun line: every node at once, a failing node does not stop the others."""
     cmd = [health_program(), "check", "--json", *(["--config", config] if config else [])]
     argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir, {}), *cmd],
                              ["--overlap", f"--time={max(1, int(timeout // 60) + 1)}"], job_id)
     argv = [a.replace("--kill-on-bad-exit=1", "--kill-on-bad-exit=0") for a in argv]
     argv.insert(argv.index("--"), "--capture")
+    return argv
+
+
+def health_sweep(nodes: Sequence[str], out_dir: str, job_id: int, env: Mapping[str, str],
+                 config: str | None, timeout: float) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Run ``resilient-health check --json`` on every node at once; no answer -> no-answer."""
+    argv = health_argv(nodes, out_dir, job_id, config, timeout)
     try:
         subprocess.run(argv, env=dict(env), timeout=timeout, check=False,  # noqa: S603
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -7,7 +7,7 @@ import os
 
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import cli, report
+from resilient_slurm.launcher import cli, plan, report
 
 
 def test_outside_allocation_is_exit_2(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -23,6 +23,9 @@ def test_dry_run_prints_plan(tmp_path, monkeypatch) -> None:  # type: ignore[no-
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-3]")
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))  # no controller: still plans
+    monkeypatch.setenv("RESILIENT_SANDBOX_DIR", str(tmp_path / "sbx"))
+    flags = frozenset({"--ft-rank-heartbeat-timeout", "--local-addr", "--term-timeout"})
+    monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(flags, "0.4.1"))
     ckpt = str(tmp_path / "ck")
     res = CliRunner().invoke(cli.main, ["--dry-run", "--min-nodes=2", "--nproc-per-node=2",
                                         "--heartbeat-timeout=9", "train.py", "--lr", "1",
@@ -34,7 +37,8 @@ def test_dry_run_prints_plan(tmp_path, monkeypatch) -> None:  # type: ignore[no-
     assert "--nodelist=node1,node2,node3" in srun and "--jobid=77" in srun
     assert "--nproc-per-node=2" in srun and "--ft-rank-heartbeat-timeout=9" in srun
     assert srun.endswith(f"train.py --lr 1 --checkpoint-dir {ckpt}")
-    assert not os.path.exists(os.path.join(ckpt, ".resilient", "events.jsonl"))
+    assert "--kill-on-bad-exit=0" in out and "--capture" in out  # the health sweep line
+    assert not os.path.exists(os.path.join(ckpt, ".resilient"))  # a dry run writes nothing
 
 
 def test_min_nodes_above_allocation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
