@@ -138,7 +138,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     from resilient_slurm.slurm import SlurmError, connect
 
     try:
-        slurm = connect()
+        slurm = connect(timeout=3.0 if dry_run else 15.0)
     except SlurmError as exc:
         _die(f"cannot reach Slurm: {exc}")
     if dry_run:
