@@ -16,31 +16,32 @@ torch = pytest.importorskip("torch")
 from resilient_slurm.training import layout, writers  # noqa: E402
 from resilient_slurm.training.checkpoint import Checkpointer  # noqa: E402
 
-WORKER = os.path.join(os.path.dirname(__file__), "kill9_worker.py")
+ZYGOTE = os.path.join(os.path.dirname(__file__), "kill9_worker.py")
 WORLD = 2
 
 
-def _spawn(directory: str, backend: str) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, WORKER, directory, str(rank), str(WORLD), backend],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             start_new_session=True) for rank in range(WORLD)]
-
-
-def _go(procs: list[subprocess.Popen], session: str) -> None:
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write(f"go {session}\n".encode())
-        p.stdin.flush()
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
-
-
-def _killpg(proc: subprocess.Popen) -> None:
+def _killpg(pid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the rank and its background writers
+        os.killpg(pid, signal.SIGKILL)  # the rank and its background writers
     except ProcessLookupError:
         pass
-    proc.wait()
+    deadline = time.monotonic() + 10
+    while _group_alive(pid) and time.monotonic() < deadline:  # zombies do not count
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _verify(directory: str) -> int:
@@ -63,27 +64,38 @@ def test_kill9_mid_save_never_yields_a_torn_save(tmp_path) -> None:
                           session="s0") as ck:
             ck.save(1, {"step": 1, "rank": rank, "payload": torch.full((10,), 1.0),
                         "tail": torch.full((2,), 1.0)})
-    backends = ["sync", "fork"] + (["nvrx"] if writers.nvrx_available() else [])
-    rng = random.Random(20240607)
-    last, torn_seen = _verify(directory), 0
-    upcoming = _spawn(directory, backends[0])
-    for i in range(20):
-        procs = upcoming
-        _go(procs, f"k{i}")
-        if i < 19:
-            upcoming = _spawn(directory, backends[(i + 1) % len(backends)])
-        time.sleep(rng.uniform(0.05, 1.2))
-        victim = rng.randrange(WORLD + 1)  # one rank first (the other keeps going), or both
-        if victim < WORLD:
-            _killpg(procs[victim])
-            time.sleep(rng.uniform(0.0, 0.3))
-        for p in procs:
-            _killpg(p)
-        summary = layout.describe(directory)
-        leftovers = [n for _, _, files in os.walk(directory) for n in files if ".tmp" in n]
-        torn_seen += bool(summary["uncommitted"] or leftovers)
-        step = _verify(directory)
-        assert step >= last
-        last = step
+    zygotes = [subprocess.Popen([sys.executable, ZYGOTE, directory, str(r), str(WORLD)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+               for r in range(WORLD)]
+    try:
+        for z in zygotes:
+            assert z.stdout is not None and z.stdout.readline().strip() == "ready"
+        backends = ["sync", "fork"] + (["nvrx"] if writers.nvrx_available() else [])
+        rng = random.Random(20240607)
+        last, torn_seen = _verify(directory), 0
+        for i in range(20):
+            pids = []
+            for z in zygotes:
+                assert z.stdin is not None and z.stdout is not None
+                z.stdin.write(f"go k{i} {backends[i % len(backends)]}\n")
+                z.stdin.flush()
+                pids.append(int(z.stdout.readline()))
+            time.sleep(rng.uniform(0.05, 1.0))
+            victim = rng.randrange(WORLD + 1)  # one rank first (the other goes on), or both
+            if victim < WORLD:
+                _killpg(pids[victim])
+                time.sleep(rng.uniform(0.0, 0.3))
+            for pid in pids:
+                _killpg(pid)
+            summary = layout.describe(directory)
+            leftovers = [n for _, _, files in os.walk(directory) for n in files if ".tmp" in n]
+            torn_seen += bool(summary["uncommitted"] or leftovers)
+            step = _verify(directory)
+            assert step >= last
+            last = step
+    finally:
+        for z in zygotes:
+            z.kill()
+            z.wait()
     assert last > 1, "no save ever committed: the test did not exercise the writers"
     assert torn_seen > 0, "no kill landed mid-save: the test did not exercise torn saves"
