@@ -131,6 +131,12 @@ def setup_distributed(timeout_s: float) -> tuple[int, int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), local_rank, device
 
 
+def shutdown() -> None:
+    """Leave together: a rank tearing down gloo while a peer still talks can abort the peer."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
@@ -245,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"stopped by signal {stopped} at step {last}, checkpoint committed")
         if events:
             events.emit("stopped", step=last, signal=stopped, loss=loss_value)
-        dist.destroy_process_group()
+        shutdown()
         return EXIT_STOPPED
     digest = tensor_digest(fsdp_state.full_model_state(model))
     digests: list[Any] = [None] * world
@@ -257,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if events:
         events.emit("complete", step=args.steps, digest=digest, loss=loss_value)
     liveness.close()
-    dist.destroy_process_group()
+    shutdown()
     return 0
 
 
