@@ -24,24 +24,14 @@ NODE_FAULT_TYPES = frozenset({"node", "xid", "gpu", "node_fault"})
 
 
 def node_addresses(slurm: Any, nodes: Sequence[str]) -> dict[str, str]:
-    """Each node's NodeAddr (``Node.addr`` where the seam offers it, else ``sinfo --json``
-    through the seam, else DNS); "" when none is known."""
+    """Each node's NodeAddr (``Node.addr`` from the seam, else DNS); "" when none is known."""
     addrs: dict[str, str] = {}
     try:
         for n in slurm.nodes(list(nodes)):
-            addr = getattr(n, "addr", "") or getattr(n, "address", "")
-            if addr:
-                addrs[n.name] = str(addr)
+            if n.addr:
+                addrs[n.name] = n.addr
     except SlurmError:
         pass
-    if len(addrs) < len(nodes) and hasattr(slurm, "_json"):
-        try:
-            for raw in slurm._json(["sinfo", "--json"]).get("nodes", []):
-                name, addr = str(raw.get("name", "")), str(raw.get("address", ""))
-                if name in nodes and addr and name not in addrs:
-                    addrs[name] = addr
-        except (SlurmError, AttributeError, TypeError):
-            pass
     for n in nodes:
         if n not in addrs:
             try:

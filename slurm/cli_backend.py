@@ -234,6 +234,7 @@ def _node_from_json(raw: Mapping[str, Any]) -> Node:
         flags=frozenset(flags),
         reason=str(raw.get("reason") or ""),
         reason_user=str(raw.get("reason_set_by_user") or ""),
+        addr=str(raw.get("address") or ""),
     )
 
 

@@ -37,6 +37,7 @@ class Node:
     flags: frozenset[str] = frozenset()
     reason: str = ""
     reason_user: str = ""
+    addr: str = ""  # NodeAddr: where the node's daemons (and a rendezvous on it) are reached
 
     @property
     def drain(self) -> bool:

@@ -49,7 +49,8 @@ class PySlurm(CliSlurm):
                 flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
             result.append(Node(str(name), base, frozenset(flags),
                                str(getattr(n, "reason", "") or ""),
-                               str(getattr(n, "reason_user", "") or "")))
+                               str(getattr(n, "reason_user", "") or ""),
+                               str(getattr(n, "address", "") or "")))
         if names is None:
             return result
         by_name = {n.name: n for n in result}

@@ -52,6 +52,7 @@ def test_drain_and_resume(sandbox, slurm) -> None:
     assert state == "drained" and shown == reason
     node = slurm.node("node3")
     assert node.drain and node.reason == reason and not node.available
+    assert node.addr == "127.0.0.1"  # NodeAddr from the sandbox's slurm.conf
     slurm.resume("node3")
     wait_until(lambda: slurm.node("node3").state == "IDLE" and not slurm.node("node3").flags)
     assert sinfo_reason(sandbox.conf, "node3")[0] == "idle"
