@@ -89,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         step_time = time.perf_counter()
         train_step(state, args.step_sleep)
         step_time = time.perf_counter() - step_time
-        gap = args.gap or max(3, int(2 * warm[0] / step_time) + 2)
+        gap = args.gap or max(5, int(4 * warm[0] / step_time) + 2)
         print(f"state {size_mb:.0f} MB, step {step_time * 1e3:.0f} ms, one save every {gap} "
               f"steps, {args.saves} saves, dir {root}", flush=True)
-        base, _ = run_loop(state, None, root, args.saves, gap, args.step_sleep)
+        base = min(run_loop(state, None, root, args.saves, gap, args.step_sleep)[0]
+                   for _ in range(2))
         results = {}
         for backend in ("sync", async_backend):
             loop, stalls = run_loop(state, backend, os.path.join(root, backend), args.saves,
