@@ -329,6 +329,8 @@ def main() -> int:
     wl = Workload()
     schedule = wl.schedule()
     work = a.dir or tempfile.mkdtemp(prefix="rs-bench-")
+    os.makedirs(work, exist_ok=True)
+    os.chmod(work, 0o755)  # munged runs as user munge and must reach the sandbox below
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     prev_path = out / "results.json"

@@ -78,6 +78,8 @@ def main() -> int:
         say(f"demo: seed {wl.fault_seed} lacks a fault type: {harness.describe_schedule(schedule)}")
         return 2
     work = a.dir or tempfile.mkdtemp(prefix="rs-demo-")
+    os.makedirs(work, exist_ok=True)
+    os.chmod(work, 0o755)  # munged runs as user munge and must reach the sandbox below
     plot_path = a.plot or os.path.join(work, "progress.png")
     root = os.path.join(work, "sandbox")
     say("=" * 78)
