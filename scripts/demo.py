@@ -101,6 +101,7 @@ def main() -> int:
         say(f"[{harness.stamp()}] fault-free reference run started alongside (3 local "
             f"processes, niced): {ref_dir}")
         ref = start_reference(wl, ref_dir)
+        os.makedirs(os.path.join(work, "job"), exist_ok=True)
         ckpt = os.path.join(work, "job", "ckpt")
         state_dir = os.path.join(ckpt, ".resilient")
         events = os.path.join(state_dir, "events.jsonl")
@@ -123,6 +124,10 @@ def main() -> int:
         follow.poll()
         say(f"[{harness.stamp()}] job {jid} ended: {state}"
             f"{' (time bound hit, cancelled)' if timed_out else ''} after {wall:.0f} s")
+        if state != "COMPLETED":
+            log = Path(work, "job", f"slurm-{jid}.out")
+            tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+            say("job log tail:\n" + "\n".join(tail))
         say()
         say("-" * 78)
         say("report (resilient-slurm report STATE_DIR --plot FILE.png):")
