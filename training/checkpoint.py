@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from resilient_slurm.training import layout
 from resilient_slurm.training.writers import SaveJob, Writer, make_writer, wait_all
 

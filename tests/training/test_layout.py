@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from resilient_slurm.training import layout
 
 
