@@ -53,6 +53,9 @@ class CheckpointError(RuntimeError):
 class Checkpointer:
     """Per-rank asynchronous checkpoints under ``directory``.
 
+    Construct it on every rank: with a process group and no ``session``, the constructor
+    broadcasts rank 0's session id (a collective). ``save`` and ``poll`` involve no collective.
+
     Args:
         directory: shared checkpoint directory (every rank must see the same files).
         every: ``due(step)`` is true every ``every`` steps (0: never).
