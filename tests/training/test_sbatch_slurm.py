@@ -1,4 +1,4 @@
-"""The templates on the real sandbox cluster: fsdp.sbatch (ft_launcher per node) with an
+"""The templates on the real sandbox cluster: fsdp.sbatch (resilient-launch) with an
 injected exception and SIGKILL ends with the same weights as fsdp-baseline.sbatch fault-free."""
 
 from __future__ import annotations
@@ -67,8 +67,12 @@ def test_templates_on_sandbox_same_weights(sandbox, tmp_path) -> None:
     assert _wait(sandbox, base_job, 300) == "COMPLETED"
     digests = _digests(res)
     assert len(digests) == 1 and digests == _digests(base)
-    events = list(read_events(os.path.join(res, "events.jsonl")))
-    fired = [e for e in events if e["kind"] == "fault"]
+    # fsdp.sbatch runs resilient-launch, whose state dir collects the training's events too.
+    events = list(read_events(os.path.join(res, "ckpt", ".resilient", "events.jsonl")))
+    fired = [e for e in events if e["kind"] == "fault" and e.get("source") == "training"]
     assert [e["type"] for e in fired] == ["exception", "sigkill"]
+    verdicts = [e for e in events if e["kind"] == "verdict" and e.get("source") == "launcher"]
+    assert verdicts and verdicts[-1]["exit_code"] == 0
+    assert not [e for e in events if e["kind"] == "requeue"]  # handled in-job
     assert all(e.get("node", "").startswith("node") for e in fired)
     assert layout.latest_committed_step(os.path.join(res, "ckpt")) == 20

@@ -28,11 +28,13 @@ FAKES = {
     "ft_launcher": 'for a in "$@"; do echo "ft_launcher: $a" >> "$REC"; done\n'
                    'exit "${FAKE_RC:-0}"\n',
     "torchrun": 'for a in "$@"; do echo "torchrun: $a" >> "$REC"; done\nexit "${FAKE_RC:-0}"\n',
+    "resilient-launch": 'for a in "$@"; do echo "resilient-launch: $a" >> "$REC"; done\n'
+                        'exit "${FAKE_RC:-0}"\n',
 }
 
 
 def _run(tmp_path, template: str, args: list[str], rc: int = 0,
-         restarts: str = "0") -> tuple[int, str]:
+         restarts: str = "0", extra_env: dict[str, str] | None = None) -> tuple[int, str]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     for name, body in FAKES.items():
@@ -44,7 +46,7 @@ def _run(tmp_path, template: str, args: list[str], rc: int = 0,
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "REC": str(rec), "SLURM_JOB_ID": "4242",
            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2",
            "SLURMD_NODENAME": "node2", "SLURM_RESTART_COUNT": restarts,
-           "TRAIN_SCRIPT": "/opt/train_fsdp.py", "FAKE_RC": str(rc)}
+           "TRAIN_SCRIPT": "/opt/train_fsdp.py", "FAKE_RC": str(rc), **(extra_env or {})}
     proc = subprocess.run(["bash", os.path.join(SBATCH, template), *args], env=env,
                           capture_output=True, text=True, timeout=30, check=False)
     assert "line" not in proc.stderr, proc.stderr
@@ -57,7 +59,8 @@ def test_directives(template) -> None:
     for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:USR1@",
                  "#SBATCH --ntasks-per-node=1"):
         assert line in text, line
-    assert "--kill-on-bad-exit=1" in text
+    # A failing rank must end the step: resilient-launch's srun uses --kill-on-bad-exit=1.
+    assert "--kill-on-bad-exit=1" in text or "exec resilient-launch" in text
     assert subprocess.run(["bash", "-n", os.path.join(SBATCH, template)]).returncode == 0
 
 
@@ -82,5 +85,17 @@ def test_baseline_requeues_failed_step_within_budget(tmp_path) -> None:
 
 
 def test_resilient_template_passes_exit_code(tmp_path) -> None:
-    rc, _ = _run(tmp_path, "fsdp.sbatch", [], rc=1)
-    assert rc == 1
+    for code in (1, 3, 5):
+        rc, _ = _run(tmp_path, "fsdp.sbatch", [], rc=code)
+        assert rc == code
+
+
+def test_resilient_template_passes_launcher_args(tmp_path) -> None:
+    bindir = tmp_path / "bin"
+    rc, recorded = _run(tmp_path, "fsdp.sbatch", ["--steps", "5"],
+                        extra_env={"RESILIENT_LAUNCH_ARGS": "--min-nodes 2"})
+    assert rc == 0 and bindir.exists()
+    lines = recorded.splitlines()
+    i = lines.index("resilient-launch: --min-nodes")
+    assert lines[i + 1] == "resilient-launch: 2"
+    assert lines.index("resilient-launch: /opt/train_fsdp.py") > i
