@@ -27,6 +27,7 @@ BIN = Path(sys.executable).parent
 TRAIN_SCRIPT = REPO / "sbatch" / "train_fsdp.py"
 GATED_TRAIN = REPO / "bench" / "gated_train.py"
 JOBS = REPO / "bench" / "jobs"
+FSDP_SBATCH = REPO / "sbatch" / "fsdp.sbatch"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
@@ -64,6 +65,14 @@ class Workload:
         return compute_schedule(self.fault_count, self.fault_seed, self.fault_types.split(","),
                                 self.steps, self.nodes,
                                 [float(w) for w in self.fault_weights.split(",")])
+
+
+def resilient_env(hb_timeout: float = 10, min_nodes: int = 3) -> dict[str, str]:
+    """Knobs of ``sbatch/fsdp.sbatch`` (resilient-launch) for the demo and the benchmark."""
+    return {"FT_MAX_RESTARTS": "5", "FT_INITIAL_HB_TIMEOUT": "180",
+            "FT_HB_TIMEOUT": f"{hb_timeout:g}", "FT_TERM_TIMEOUT": "3",
+            "RESILIENT_LAUNCH_ARGS": f"--min-nodes {min_nodes} --max-requeues 3 "
+                                     "--health-timeout 30"}
 
 
 def describe_schedule(schedule: list[Fault]) -> str:

@@ -4,7 +4,7 @@ Same model, steps, checkpoint interval and seeded 5-fault schedule for three mec
 
 * ``baseline``: ``sbatch/fsdp-baseline.sbatch`` (``srun torchrun`` + Slurm ``--requeue``);
 * ``ft_launcher``: ``bench/jobs/ft-launcher.sbatch`` (NVRx in-job restarts, nothing else);
-* ``resilient-launch``: ``bench/jobs/resilient.sbatch`` (blame, exclusion, requeue);
+* ``resilient-launch``: ``sbatch/fsdp.sbatch`` (blame, exclusion, requeue);
 
 plus a fault-free run (the goodput and digest reference), async vs synchronous checkpointing
 without faults at two intervals, ``bench/ckpt_bench.py`` (stall per save, ~117 MB state) and
@@ -51,8 +51,8 @@ def run_mechanism(c: Cluster, mech: str, wl: Workload, work: str) -> harness.Run
     env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
     events = os.path.join(d, "events.jsonl")
     if mech in ("fault-free", "resilient-launch"):
-        script = JOBS / "resilient.sbatch"
-        env.update(RL_HB_TIMEOUT=str(HB_TIMEOUT_S))
+        script = harness.FSDP_SBATCH
+        env.update(harness.resilient_env(HB_TIMEOUT_S))
         events = os.path.join(ckpt, ".resilient", "events.jsonl")
     elif mech == "baseline":
         script = REPO / "sbatch" / "fsdp-baseline.sbatch"

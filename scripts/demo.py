@@ -1,8 +1,9 @@
 """``make demo``: FSDP training surviving five seeded faults on a local 4-node Slurm cluster.
 
 1. starts a 4-node sandbox with the hooks (prolog, epilog, HealthCheckProgram every 10 s);
-2. submits the training (3 nodes, CPU, gloo) under ``resilient-launch`` with a seeded schedule of
-   5 faults: an exception, a hang, SIGKILLs and a node fault (simulated Xid 79 + process death);
+2. submits ``sbatch/fsdp.sbatch`` (``resilient-launch``; 3 nodes, CPU, gloo) with a seeded
+   schedule of 5 faults: an exception, a hang, SIGKILLs and a node fault (simulated Xid 79,
+   then the process dies);
 3. follows the job live (steps, faults, restarts, drains, blame, exclusion, requeue);
 4. prints the report (timeline, what handled each fault, goodput) and writes its plot;
 5. shows ``sinfo -R`` (the drained node) and the job's excluded nodes;
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import harness  # noqa: E402
-from harness import BIN, JOBS, TRAIN_SCRIPT, Workload  # noqa: E402
+from harness import BIN, TRAIN_SCRIPT, Workload  # noqa: E402
 
 
 def say(msg: str = "") -> None:
@@ -88,9 +89,9 @@ def main() -> int:
     say(f"training : {wl.nodes} nodes x 1 CPU rank, FSDP2 + gloo, {wl.steps} steps, async "
         f"checkpoint every {wl.checkpoint_every} steps")
     say(f"faults   : seed {wl.fault_seed} -> {harness.describe_schedule(schedule)}")
-    say("launcher : resilient-launch --min-nodes 3 --heartbeat-timeout 10 (bench/jobs/"
-        "resilient.sbatch): in-job restarts by ft_launcher; a blamed node is excluded and the "
-        "job requeued onto the spare node (3 ranks stay 3 ranks, so the result is exact)")
+    say("launcher : sbatch/fsdp.sbatch -> resilient-launch --min-nodes 3, heartbeat timeout "
+        "10 s:\n           in-job restarts by ft_launcher; a blamed node is excluded and the job "
+        "requeued\n           onto the spare node (3 ranks stay 3 ranks, so the result is exact)")
     say(f"work dir : {work}")
     say()
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
@@ -105,11 +106,14 @@ def main() -> int:
         ckpt = os.path.join(work, "job", "ckpt")
         state_dir = os.path.join(ckpt, ".resilient")
         events = os.path.join(state_dir, "events.jsonl")
-        env = {"TRAIN_SCRIPT": str(TRAIN_SCRIPT), "PYTHON": str(BIN / "python")}
-        jid = c.submit(JOBS / "resilient.sbatch", wl.train_args(ckpt),
+        env = {"TRAIN_SCRIPT": str(TRAIN_SCRIPT), "PYTHON": str(BIN / "python"),
+               **harness.resilient_env()}
+        jid = c.submit(harness.FSDP_SBATCH, wl.train_args(ckpt),
                        os.path.join(work, "job", "slurm-%j.out"), env, nodes=wl.nodes)
-        say(f"[{harness.stamp()}] submitted job {jid}: sbatch -N{wl.nodes} "
-            f"bench/jobs/resilient.sbatch {' '.join(wl.train_args('CKPT'))}")
+        knobs = " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}" for k, v in
+                         harness.resilient_env().items())
+        say(f"[{harness.stamp()}] submitted job {jid}: {knobs} \\\n    sbatch -N{wl.nodes} "
+            f"sbatch/fsdp.sbatch {' '.join(wl.train_args('CKPT'))}")
         say()
         say("live progress (job state, training events, launcher decisions, hook drains):")
         follow = harness.Follower([events, c.hook_events], wl.steps, every=10, out=say)
