@@ -9,7 +9,7 @@ setup:
 	@scripts/setup.sh
 
 test: setup
-	RESILIENT_REQUIRE_SLURM=1 $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	RESILIENT_REQUIRE_SLURM=1 $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

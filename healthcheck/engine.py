@@ -218,13 +218,15 @@ def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report:
                            deadline, report)
         report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices)
         read = gathered.values.get("kernlog")
+        if isinstance(read, LogRead) and not read.error:
+            # Where the log stood after this run (its boot id too), whether or not it is saved.
+            report.kernel_position = read.position
         if store is not None and may_save and isinstance(read, LogRead) and not read.error:
             try:
                 store.save(read.position)
             except OSError as exc:
                 report.results.append(Result("xid", WARN, "STATE_UNAVAILABLE", "could not "
                                              f"save the kernel-log position: {exc}", ""))
-            report.kernel_position = read.position
     finally:
         if lock_cm is not None:
             lock_cm.__exit__(None, None, None)

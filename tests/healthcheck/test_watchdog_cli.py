@@ -139,8 +139,10 @@ def test_cli_usage_errors_exit_2(cfgfile):
                    "--config", cfgfile).exit_code == 2
     assert run_cli("check", "--simulate", "no-such", "--config", cfgfile).exit_code == 2
     assert CliRunner().invoke(main, ["check", "--bogus"]).exit_code == 2
-    res = CliRunner().invoke(main, [])
-    assert res.exit_code == 2 and "check" in res.output
+    # Bare `resilient-health` is the HealthCheckProgram: without SLURMD_NODENAME it cannot
+    # know its node, which is a usage error that says so.
+    res = CliRunner().invoke(main, [], env={"SLURMD_NODENAME": ""})
+    assert res.exit_code == 2 and "SLURMD_NODENAME" in res.output
 
 
 def test_cli_simulate_from_config_with_node(tmp_path):
