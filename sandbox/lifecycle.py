@@ -107,6 +107,25 @@ def config_path(paths: Paths) -> str:
     return paths.p("etc", "resilient-slurm", "config.toml")
 
 
+def check_reachable_by_munge(root: str) -> None:
+    """munged runs as the munge user: every directory above ``root`` must let others pass."""
+    import pwd
+    import stat
+
+    munge_uid = pwd.getpwnam("munge").pw_uid
+    path = os.path.dirname(os.path.abspath(root))
+    while True:
+        st = os.stat(path)
+        if st.st_uid != munge_uid and not st.st_mode & stat.S_IXOTH:
+            raise SandboxError(f"{path} is mode {stat.S_IMODE(st.st_mode):o}: the munge user "
+                               f"cannot reach {root}; choose a --dir under a directory others "
+                               f"may traverse (chmod o+x {path})")
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def up(
     root: str = DEFAULT_DIR,
     nodes: int = 4,
@@ -136,6 +155,7 @@ def up(
     for sub in ("etc", "state", "spool", "run", "log", "munge", "nodes"):
         os.makedirs(paths.p(sub), exist_ok=True)
     os.chmod(paths.root, 0o755)
+    check_reachable_by_munge(paths.root)
     os.chmod(paths.p("munge"), 0o755)
     names = [f"node{i}" for i in range(1, nodes + 1)]
     ports = free_ports(nodes + 1)
