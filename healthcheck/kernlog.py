@@ -112,13 +112,10 @@ def _after_seq(after: dict[str, Any] | None, source: str, boot_id: str) -> int:
     return 0
 
 
-class KmsgSource:
-    """``/dev/kmsg``: records ``prio,seq,usec,flags;text`` (needs root or dmesg_restrict=0)."""
+class _ThisBoot:
+    """Boot id and uptime of the running kernel, read under ``proc_root``."""
 
-    name = "kmsg"
-
-    def __init__(self, path: str = "/dev/kmsg", proc_root: str = "/proc") -> None:
-        self.path, self.proc_root = path, proc_root
+    proc_root = "/proc"
 
     def boot_id(self) -> str:
         with open(os.path.join(self.proc_root, "sys/kernel/random/boot_id")) as fh:
@@ -127,6 +124,15 @@ class KmsgSource:
     def uptime_s(self) -> float | None:
         with open(os.path.join(self.proc_root, "uptime")) as fh:
             return float(fh.read().split()[0])
+
+
+class KmsgSource(_ThisBoot):
+    """``/dev/kmsg``: records ``prio,seq,usec,flags;text`` (needs root or dmesg_restrict=0)."""
+
+    name = "kmsg"
+
+    def __init__(self, path: str = "/dev/kmsg", proc_root: str = "/proc") -> None:
+        self.path, self.proc_root = path, proc_root
 
     def read(self, after: dict[str, Any] | None, timeout: float) -> LogRead:
         out = LogRead(self.name, self.boot_id(), self.uptime_s())
@@ -162,21 +168,13 @@ class KmsgSource:
         return out
 
 
-class JournalSource:
+class JournalSource(_ThisBoot):
     """``journalctl -k -b -o json`` through the project's runner (cursors as positions)."""
 
     name = "journal"
 
     def __init__(self, tool_path: str, proc_root: str = "/proc") -> None:
         self.tool_path, self.proc_root = tool_path, proc_root
-
-    def boot_id(self) -> str:
-        with open(os.path.join(self.proc_root, "sys/kernel/random/boot_id")) as fh:
-            return fh.read().strip()
-
-    def uptime_s(self) -> float | None:
-        with open(os.path.join(self.proc_root, "uptime")) as fh:
-            return float(fh.read().split()[0])
 
     def read(self, after: dict[str, Any] | None, timeout: float) -> LogRead:
         out = LogRead(self.name, self.boot_id(), self.uptime_s())
