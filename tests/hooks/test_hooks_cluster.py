@@ -84,6 +84,7 @@ def test_admin_drain_is_never_resumed(sandbox, slurm) -> None:
         assert not events(sandbox, kind="resume", node="node2")
     finally:
         slurm.resume("node2")
+        all_idle(slurm)
 
 
 def test_hung_dcgmi_ends_inside_watchdog_and_drains_as_unknown(sandbox, slurm) -> None:
@@ -103,20 +104,32 @@ def test_hung_dcgmi_ends_inside_watchdog_and_drains_as_unknown(sandbox, slurm) -
         restore(sandbox, slurm, "node1")
 
 
+def all_idle(slurm) -> None:  # type: ignore[no-untyped-def]
+    """Wait until every node is exactly idle (a resumed node shows idle* for a moment)."""
+    wait_until(lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes()),
+               timeout=30)
+
+
 def test_prolog_failure_drains_and_job_completes_elsewhere(sandbox, slurm, tmp_path) -> None:
     """A 3-node job lands on node[1-3]; node2's prolog fails; the job reruns on 1,3,4."""
     for _attempt in range(3):
+        all_idle(slurm)
         before = len(events(sandbox, source="prolog", node="node2", kind="drain"))
         fault(sandbox, "node2", "efa-port-down")
-        jid = submit(slurm, sandbox, tmp_path, "srun hostname; echo done", "-N3", "--requeue")
-        job = wait_until(lambda jid=jid: (j := slurm.job(jid)).state in ("COMPLETED", "FAILED")
-                         and j, timeout=90)
-        assert job.state == "COMPLETED"
-        assert "node2" not in job.nodes
-        node = slurm.node("node2")
-        assert node.drain and node.reason.startswith(PREFIX) and "EFA" in node.reason
-        by_prolog = len(events(sandbox, source="prolog", node="node2", kind="drain")) > before
-        restore(sandbox, slurm, "node2")
+        try:
+            jid = submit(slurm, sandbox, tmp_path, "srun hostname; echo done", "-N3", "--requeue")
+            job = wait_until(lambda jid=jid: (j := slurm.job(jid)).state in ("COMPLETED",
+                                                                             "FAILED") and j,
+                             timeout=90)
+            assert job.state == "COMPLETED"
+            assert "node2" not in job.nodes
+            # Drained by the prolog, or (when it won the race) by the health program.
+            node = wait_until(lambda: (n := slurm.node("node2")).drain and n,
+                              timeout=2 * HEALTH_INTERVAL + 5)
+            assert node.reason.startswith(PREFIX) and "EFA" in node.reason
+            by_prolog = len(events(sandbox, source="prolog", node="node2", kind="drain")) > before
+        finally:
+            restore(sandbox, slurm, "node2")
         if by_prolog:
             assert job.restart_count >= 1
             return
