@@ -50,12 +50,14 @@ class CliSlurm:
         self._version: tuple[int, int] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
-    def _run(self, argv: Sequence[str], timeout: float | None = None) -> str:
+    def _run(self, argv: Sequence[str], timeout: float | None = None,
+             env: Mapping[str, str] | None = None) -> str:
         exe = proc.resolve(argv[0], self.search)
         if exe is None:
             raise SlurmError(f"{argv[0]} not found (searched {self.search}); install slurm-client",
                              tuple(argv))
-        out = proc.run([exe, *argv[1:]], timeout or self.timeout, env=self.env)
+        out = proc.run([exe, *argv[1:]], timeout or self.timeout,
+                       env=self.env if env is None else env)
         if out.kind == proc.TIMEOUT:
             raise SlurmError(f"{' '.join(argv[:3])}: no answer within {out.duration_s:.1f}s "
                              "(is slurmctld running?)", tuple(argv))
@@ -181,13 +183,10 @@ class CliSlurm:
     def submit(self, script: str, options: Sequence[str] = (), args: Sequence[str] = (),
                env: Mapping[str, str] | None = None) -> int:
         """``sbatch --parsable [options] script [args]``; returns the job id."""
-        saved = self.env
+        job_env = None
         if env is not None:
-            self.env = {**dict(env), **({"SLURM_CONF": self.conf} if self.conf else {})}
-        try:
-            out = self._run(["sbatch", "--parsable", *options, script, *args])
-        finally:
-            self.env = saved
+            job_env = {**dict(env), **({"SLURM_CONF": self.conf} if self.conf else {})}
+        out = self._run(["sbatch", "--parsable", *options, script, *args], env=job_env)
         try:
             return int(out.strip().split(";")[0])
         except ValueError:
@@ -222,16 +221,21 @@ def _words(value: Any) -> list[str]:
     return [str(w).upper() for w in value]
 
 
-def _node_from_json(raw: Mapping[str, Any]) -> Node:
-    words = _words(raw.get("state")) + _words(raw.get("state_flags"))
+def split_state(words: list[str]) -> tuple[str, frozenset[str]]:
+    """Base state and flags from Slurm's state words; DRAINED/DRAINING both mean DRAIN."""
     base = next((w for w in words if w not in NODE_FLAGS), "UNKNOWN")
     flags = {w for w in words if w in NODE_FLAGS}
     if flags & {"DRAINED", "DRAINING"}:
         flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
+    return base, frozenset(flags)
+
+
+def _node_from_json(raw: Mapping[str, Any]) -> Node:
+    base, flags = split_state(_words(raw.get("state")) + _words(raw.get("state_flags")))
     return Node(
         name=str(raw.get("name", "")),
         state=base,
-        flags=frozenset(flags),
+        flags=flags,
         reason=str(raw.get("reason") or ""),
         reason_user=str(raw.get("reason_set_by_user") or ""),
         addr=str(raw.get("address") or ""),

@@ -16,9 +16,10 @@ from resilient_slurm.slurm.cli_backend import (
     _job_id,
     _words,
     sanitize_reason,
+    split_state,
 )
 from resilient_slurm.slurm.hostlist import expand
-from resilient_slurm.slurm.model import NODE_FLAGS, Job, Node, SlurmError
+from resilient_slurm.slurm.model import Job, Node, SlurmError
 
 
 class PySlurm(CliSlurm):
@@ -41,13 +42,9 @@ class PySlurm(CliSlurm):
         loaded = self._call(self.mod.Nodes.load)
         result = []
         for name, n in dict(loaded).items():
-            words = _words(getattr(n, "state", "")) + _words(getattr(n, "next_state", None) and [])
-            words += _words(getattr(n, "state_flags", None) or [])
-            base = next((w for w in words if w not in NODE_FLAGS), "UNKNOWN")
-            flags = {w for w in words if w in NODE_FLAGS}
-            if flags & {"DRAINED", "DRAINING"}:
-                flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
-            result.append(Node(str(name), base, frozenset(flags),
+            base, flags = split_state(_words(getattr(n, "state", ""))
+                                      + _words(getattr(n, "state_flags", None) or []))
+            result.append(Node(str(name), base, flags,
                                str(getattr(n, "reason", "") or ""),
                                str(getattr(n, "reason_user", "") or ""),
                                str(getattr(n, "address", "") or "")))
