@@ -4,7 +4,10 @@ NVRx heartbeats and seeded fault injection.
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
 (model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
-and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one.
+and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one,
+also when it resumes on another number of ranks (elastic): the global batch is
+``--virtual-dp`` fixed shards whose gradients are summed in shard order
+(``resilient_slurm.training.ordered_reduce``), so the result does not depend on the world size.
 
 Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``resume``
 (step resumed from, 0 = fresh), ``progress`` (step, loss, step_time) every ``--log-every``
@@ -32,10 +35,15 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from resilient_slurm.events import EventLog
-from resilient_slurm.training import fsdp_state
+from resilient_slurm.training import fsdp_state, ordered_reduce
 from resilient_slurm.training.checkpoint import Checkpointer
 from resilient_slurm.training.digest import tensor_digest
-from resilient_slurm.training.faults import FaultInjector, FaultOptions
+from resilient_slurm.training.faults import (
+    FaultConfigError,
+    FaultInjector,
+    FaultOptions,
+    parse_targeted,
+)
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
 from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal
@@ -63,7 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=128)
     p.add_argument("--seq-len", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--batch-size", type=int, default=8, help="per virtual shard")
+    p.add_argument("--virtual-dp", type=int, default=None,
+                   help="virtual data-parallel shards per step (global batch = this x "
+                        "--batch-size); fixed for the job's life: default the saved value, "
+                        "else the world size at a fresh start")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per rank (default: cores / local ranks); results are "
+                        "bitwise reproducible only with the same value")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--pg-timeout", type=float, default=300.0,
                    help="process-group timeout in seconds (how long healthy ranks wait)")
@@ -75,6 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma list matching --fault-types (env RESILIENT_FAULT_TYPE_WEIGHTS)")
     p.add_argument("--fault-state-dir", default=None,
                    help="default <checkpoint-dir>/faults (env RESILIENT_FAULT_STATE_DIR)")
+    p.add_argument("--fault", action="append", default=[], metavar="TYPE@STEP[@WHERE]",
+                   help="a targeted fault (repeatable): TYPE exception|hang|sigkill|node|crash, "
+                        "WHERE a node name or rankN (default rank0); crash fires every time")
     return p.parse_args(argv)
 
 
@@ -99,18 +117,19 @@ class TinyTransformer(nn.Module):
         return self.head(self.norm(h))
 
 
-def batch(args: argparse.Namespace, step: int, rank: int,
+def batch(args: argparse.Namespace, step: int, shard: int,
           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Synthetic data, a pure function of (seed, step, rank): the data position is the step.
-    Each sequence counts up by its own stride modulo the vocabulary."""
-    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1_009 + rank)
+    """Synthetic data, a pure function of (seed, step, virtual shard): the data position is the
+    step. Each sequence counts up by its own stride modulo the vocabulary."""
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1_009 + shard)
     start = torch.randint(0, args.vocab, (args.batch_size, 1), generator=g)
     stride = torch.randint(1, 4, (args.batch_size, 1), generator=g)
     seq = (start + stride * torch.arange(args.seq_len + 1)) % args.vocab
     return seq[:, :-1].to(device), seq[:, 1:].to(device)
 
 
-def setup_distributed(timeout_s: float) -> tuple[int, int, int, torch.device]:
+def setup_distributed(timeout_s: float,
+                      threads: int | None) -> tuple[int, int, int, torch.device]:
     use_cuda = torch.cuda.is_available()
     if "RANK" not in os.environ:  # alone: a one-process group on a free local port
         with socket.socket() as s:
@@ -125,7 +144,7 @@ def setup_distributed(timeout_s: float) -> tuple[int, int, int, torch.device]:
     else:
         device = torch.device("cpu")
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_world, 1)))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
     dist.init_process_group("nccl" if use_cuda else "gloo",
                             timeout=datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size(), local_rank, device
@@ -153,7 +172,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, world, _, device = setup_distributed(args.pg_timeout)
+    try:
+        targeted = parse_targeted(args.fault)
+    except FaultConfigError as exc:
+        print(f"train_fsdp.py: {exc}", file=sys.stderr)
+        return 2
+    if args.virtual_dp is not None and args.virtual_dp < 1:
+        print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
+        return 2
+    rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
     node = os.environ.get("SLURMD_NODENAME")
@@ -167,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                                    types=args.fault_types, weights=args.fault_type_weights,
                                    state_dir=args.fault_state_dir)
     injector = FaultInjector(faults, args.steps, rank, world,
-                             state_dir=os.path.join(args.checkpoint_dir, "faults"))
+                             state_dir=os.path.join(args.checkpoint_dir, "faults"),
+                             targeted=targeted, local_rank=local_rank)
     if injector.schedule:
         log("fault schedule: " + ", ".join(f"step {f.step} rank {f.rank} {f.type}"
                                            for f in injector.schedule))
@@ -180,12 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         fully_shard(block)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    torch.manual_seed(args.seed + 1 + rank)  # per-rank dropout stream
 
     backend = "sync" if args.sync_checkpoint else args.checkpoint_backend
     ckpt = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep,
                         backend=backend, heartbeat=liveness.beat)
-    start = 0
+    start, saved_vdp = 0, None
     with liveness.keepalive():
         commit = latest_commit(ckpt.directory)
         if commit is not None and commit.world_size == world:
@@ -193,14 +220,25 @@ def main(argv: list[str] | None = None) -> int:
             fsdp_state.restore(model, optimizer, saved["train"])
             set_rng_state(saved["rng"])
             assert saved["data"]["position"] == start
-        elif commit is not None:  # elastic: another world size; exact resume is not possible
+            saved_vdp = saved.get("virtual_dp")
+        elif commit is not None:  # elastic: the shards of another world size, merged
             start, states = ckpt.load_all(commit.step)  # type: ignore[misc]
             fsdp_state.restore_resharded(model, optimizer, [s["train"] for s in states])
+            saved_vdp = states[0].get("virtual_dp")
             log(f"resharded save {start} from {commit.world_size} to {world} ranks")
-    log(f"world {world} on {device} ({ckpt.backend} checkpoints), "
+    if saved_vdp and args.virtual_dp and saved_vdp != args.virtual_dp:
+        log(f"keeping the saved --virtual-dp {saved_vdp} (asked {args.virtual_dp}): the global "
+            "batch is fixed for the job's life")
+    shards = ordered_reduce.VirtualShards(saved_vdp or args.virtual_dp or world, world, rank)
+    if not ordered_reduce.install(model, shards):
+        log("this torch has no FSDP custom reduce-scatter: gradients are averaged by FSDP, "
+            "so a resume on another world size is not bitwise exact")
+    log(f"world {world} on {device} ({ckpt.backend} checkpoints, {shards.virtual_dp} virtual "
+        f"shards in {shards.rounds} round(s)), "
         f"{f'resuming from step {start}' if start else 'fresh start'}, node={node}")
     if events:
         events.emit("resume", step=start, fresh=start == 0, world_size=world, node=node,
+                    virtual_dp=shards.virtual_dp,
                     restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
                     requeue=os.environ.get("SLURM_RESTART_COUNT"))
 
@@ -211,16 +249,24 @@ def main(argv: list[str] | None = None) -> int:
         liveness.beat()
         injector.maybe_fire(step)
         t0 = time.perf_counter()
-        x, y = batch(args, step, rank, device)
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
-        loss.backward()
+        losses = []
+        for rnd in range(shards.rounds):
+            shards.round = rnd
+            shard = shards.shard(rnd)  # None: idle this round (its gradient is discarded)
+            s = 0 if shard is None else shard
+            torch.manual_seed(args.seed * 7_919 + step * 104_729 + s)  # dropout, per shard
+            x, y = batch(args, step, s, device)
+            logits = model(x)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+            (loss * (shards.loss_scale if shard is not None else 0.0)).backward()
+            if shard is not None:
+                losses.append(loss.detach())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
         step_time = time.perf_counter() - t0
-        loss_value = float(loss.detach())
+        loss_value = float(torch.stack(losses).mean()) if losses else math.nan
         for committed in ckpt.poll():
             log(f"checkpoint {committed} committed")
             if events:
@@ -229,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         stopped = stop.agreed()
         if ckpt.due(step) or step == args.steps or stopped:
             state = {"step": step, "train": fsdp_state.capture(model, optimizer),
-                     "rng": rng_state(), "data": {"position": step}, "world_size": world}
+                     "rng": rng_state(), "data": {"position": step}, "world_size": world,
+                     "virtual_dp": shards.virtual_dp}
             stall = ckpt.save(step, state)
             log(f"step {step} save scheduled, stall {stall * 1e3:.1f} ms")
         if step % args.log_every == 0 or step == args.steps:

@@ -13,6 +13,11 @@ Types: ``exception`` (raises :class:`InjectedFault`), ``hang`` (sleeps forever: 
 ``sigkill`` (the process kills itself with SIGKILL), ``node`` (installs the ``xid79`` scenario in
 the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL).
 
+Targeted faults (``--fault TYPE@STEP[@WHERE]``, for tests and demos that need a fault on a given
+node): ``WHERE`` is a node name (fires on that node's local rank 0) or ``rankN`` (default
+``rank0``). They fire once like scheduled ones, except type ``crash``: an exception raised every
+time the step is reached (a deterministic bug, which no restart can get past).
+
 Environment (flags win over env): ``RESILIENT_FAULT_COUNT``, ``RESILIENT_FAULT_SEED``,
 ``RESILIENT_FAULT_TYPES``, ``RESILIENT_FAULT_TYPE_WEIGHTS``, ``RESILIENT_FAULT_STATE_DIR``.
 Every fired fault is appended as event ``kind=fault`` to ``$RESILIENT_EVENTS_FILE`` when set.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +37,7 @@ from dataclasses import asdict, dataclass
 from resilient_slurm.events import EventLog
 
 FAULT_TYPES = ("exception", "hang", "sigkill", "node")
+TARGETED_TYPES = (*FAULT_TYPES, "crash")
 NODE_SCENARIO = "xid79"
 
 
@@ -90,6 +97,56 @@ class FaultOptions:
                    state_dir=vals.get("state_dir"))  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Targeted:
+    """A fault on a named node or rank: ``TYPE@STEP[@NODE|@rankN]``."""
+
+    index: int
+    step: int
+    type: str
+    node: str | None = None
+    rank: int | None = None
+
+    @property
+    def marker_name(self) -> str:
+        where = self.node if self.node is not None else f"rank{self.rank}"
+        return f"targeted_{self.index:03d}-{self.step}-{self.type}-{where}.fired"
+
+    def applies(self, rank: int, local_rank: int, node: str | None) -> bool:
+        if self.node is not None:
+            return self.node == node and local_rank == 0
+        return self.rank == rank
+
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def parse_targeted(specs: Sequence[str]) -> list[Targeted]:
+    """``["node@5@node3", "hang@7"]`` -> targeted faults; FaultConfigError on a bad spec."""
+    out = []
+    for i, spec in enumerate(specs):
+        parts = spec.split("@")
+        if len(parts) not in (2, 3) or parts[0] not in TARGETED_TYPES:
+            raise FaultConfigError(f"bad fault {spec!r}: expected TYPE@STEP[@NODE|@rankN] with "
+                                   f"TYPE one of {', '.join(TARGETED_TYPES)}")
+        try:
+            step = int(parts[1])
+        except ValueError:
+            step = 0
+        if step < 1:
+            raise FaultConfigError(f"bad fault {spec!r}: STEP must be an integer >= 1")
+        where = parts[2] if len(parts) == 3 else "rank0"
+        m = re.fullmatch(r"rank(\d+)", where)
+        if m:
+            out.append(Targeted(i, step, parts[0], rank=int(m.group(1))))
+        elif _NODE_NAME.match(where):
+            out.append(Targeted(i, step, parts[0], node=where))
+        else:
+            raise FaultConfigError(f"bad fault {spec!r}: {where!r} is neither rankN nor a "
+                                   "node name")
+    return out
+
+
 def compute_schedule(count: int, seed: int, types: Sequence[str], steps: int, world_size: int,
                      weights: Sequence[float] | None = None, first_step: int = 1) -> list[Fault]:
     """The fault schedule, sorted by step. Pure and deterministic."""
@@ -138,7 +195,8 @@ class FaultInjector:
     def __init__(self, options: FaultOptions, steps: int, rank: int, world_size: int,
                  state_dir: str, events_file: str | None = None,
                  env: Mapping[str, str] | None = None,
-                 actions: Mapping[str, Callable[[Fault], None]] | None = None) -> None:
+                 actions: Mapping[str, Callable[[Fault], None]] | None = None,
+                 targeted: Sequence[Targeted] = (), local_rank: int = 0) -> None:
         self.env = os.environ if env is None else env
         self.rank = rank
         self.state_dir = options.state_dir or state_dir
@@ -148,9 +206,11 @@ class FaultInjector:
         pairs = zip(options.types, weights, strict=False)
         wants_node = any(t == "node" and w > 0 for t, w in pairs)
         self.node_dir: str | None = None
-        if options.count > 0 and wants_node:
+        if (options.count > 0 and wants_node) or any(t.type == "node" for t in targeted):
             self.node_dir = node_dir_from_env(self.env)  # loud, at schedule time
         self.mine = {f.step: f for f in self.schedule if f.rank == rank}
+        node = self.env.get("SLURMD_NODENAME")
+        self.targeted = {t.step: t for t in targeted if t.applies(rank, local_rank, node)}
         events_file = events_file if events_file is not None else self.env.get(
             "RESILIENT_EVENTS_FILE")
         self.events = EventLog(events_file, "training") if events_file else None
@@ -167,18 +227,25 @@ class FaultInjector:
 
     def maybe_fire(self, step: int) -> None:
         """Call once per step, before the step's work; fires this rank's fault for ``step``."""
+        target = self.targeted.get(step)
+        if target is not None and (target.type == "crash" or self._claim(target)):
+            self._fire(Fault(target.index, step, self.rank,
+                             "exception" if target.type == "crash" else target.type),
+                       target.type)
         fault = self.mine.get(step)
-        if fault is None or not self._claim(fault):
-            return
+        if fault is not None and self._claim(fault):
+            self._fire(fault, fault.type)
+
+    def _fire(self, fault: Fault, kind: str) -> None:
         if self.events is not None:
-            self.events.emit("fault", step=fault.step, rank=fault.rank, type=fault.type,
+            self.events.emit("fault", step=fault.step, rank=fault.rank, type=kind,
                              index=fault.index, node=self.env.get("SLURMD_NODENAME"),
                              pid=os.getpid())
-        print(f"[fault] injecting {fault.type} at step {fault.step} on rank {fault.rank}",
+        print(f"[fault] injecting {kind} at step {fault.step} on rank {fault.rank}",
               flush=True)
         self.actions[fault.type](fault)
 
-    def _claim(self, fault: Fault) -> bool:
+    def _claim(self, fault: Fault | Targeted) -> bool:
         os.makedirs(self.state_dir, exist_ok=True)
         path = os.path.join(self.state_dir, fault.marker_name)
         try:

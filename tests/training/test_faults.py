@@ -16,7 +16,9 @@ from resilient_slurm.training.faults import (
     FaultInjector,
     FaultOptions,
     InjectedFault,
+    Targeted,
     compute_schedule,
+    parse_targeted,
 )
 
 
@@ -120,6 +122,39 @@ def test_node_fault_without_sandbox_fails_at_schedule_time(tmp_path) -> None:
     env = {"RESILIENT_SANDBOX_DIR": "/sbx", "SLURMD_NODENAME": "node2"}
     inj = FaultInjector(opts, steps=10, rank=0, world_size=1, state_dir=str(tmp_path), env=env)
     assert inj.node_dir == os.path.join("/sbx", "nodes", "node2")
+
+
+def test_parse_targeted_faults() -> None:
+    got = parse_targeted(["node@5@node3", "hang@7", "crash@2@rank1", "sigkill@9@gpu-a01.x"])
+    assert got == [Targeted(0, 5, "node", node="node3"), Targeted(1, 7, "hang", rank=0),
+                   Targeted(2, 2, "crash", rank=1), Targeted(3, 9, "sigkill", node="gpu-a01.x")]
+
+
+@pytest.mark.parametrize("spec", ["boom@3", "hang", "hang@0", "hang@x", "hang@3@node 3",
+                                  "hang@3@a@b", "exception@3@-rf"])
+def test_parse_targeted_rejects_bad_specs(spec) -> None:
+    with pytest.raises(FaultConfigError, match="bad fault"):
+        parse_targeted([spec])
+
+
+def test_targeted_fault_fires_on_its_node_once_and_crash_every_time(tmp_path) -> None:
+    fired: list[tuple[int, str]] = []
+    actions = {t: (lambda f, t=t: fired.append((f.step, t)))
+               for t in ("exception", "hang", "sigkill", "node")}
+    env = {"RESILIENT_SANDBOX_DIR": "/sbx", "SLURMD_NODENAME": "node3",
+           "RESILIENT_EVENTS_FILE": str(tmp_path / "ev.jsonl")}
+    targeted = parse_targeted(["node@2@node3", "hang@3@node2", "crash@4", "sigkill@5@rank1"])
+    for _incarnation in range(2):
+        for rank, local in ((0, 0), (1, 1)):  # rank 1 is node3's second local rank
+            inj = FaultInjector(FaultOptions(), steps=10, rank=rank, world_size=2,
+                                state_dir=str(tmp_path / "s"), env=env, actions=actions,
+                                targeted=targeted, local_rank=local)
+            for step in range(1, 10):
+                inj.maybe_fire(step)
+    # node3's local rank 0 once; crash (an exception) on rank 0 every time; rank 1's sigkill once
+    assert fired == [(2, "node"), (4, "exception"), (5, "sigkill"), (4, "exception")]
+    kinds = [e["type"] for e in read_events(str(tmp_path / "ev.jsonl"))]
+    assert kinds == ["node", "crash", "sigkill", "crash"]
 
 
 NODE_FAULT_CHILD = """
