@@ -4,17 +4,26 @@ It fills ``{local_addr}`` (this node's address from ``--addrs``; the option carr
 dropped when unknown) and ``{node}`` into CMD, runs it, forwards SIGTERM/SIGINT/SIGUSR1 to it,
 and writes ``<record-dir>/<node>.json`` (``node``, ``rc``, ``start``, ``end``) atomically, so
 the supervisor knows each node's exit code; a node without a record never finished.
+
+When ``$RESILIENT_EVENTS_FILE`` is set, CMD's stderr passes through this shim line by line, and
+the moment NVRx's rank monitor reports missing heartbeats ("Did not get subsequent heartbeat")
+becomes a ``hang_detected`` event (node, rank, the timeout it waited), so the report can tell
+when a hang was found, not only when training resumed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 
+from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write_json
 
 LOCAL_ADDR = "{local_addr}"
@@ -30,6 +39,39 @@ def substitute(cmd: list[str], node: str, addr: str) -> list[str]:
             arg = arg.replace(LOCAL_ADDR, addr)
         out.append(arg.replace(NODE, node))
     return out
+
+
+# NVRx rank monitor (0.4.1 .. 0.6): "[ts] [WARNING] [RankMonServer<pid>@<host>:<rank>] Did not
+# get subsequent heartbeat. Waited 8.00 seconds."
+HANG_LINE = re.compile(r"RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\].*Did not get "
+                       r"(?P<which>initial|subsequent) heartbeat\. Waited (?P<waited>[\d.]+)")
+
+
+def hang_report(line: str) -> dict[str, object] | None:
+    """The fields of a ``hang_detected`` event when ``line`` is the rank monitor's report."""
+    m = HANG_LINE.search(line)
+    if m is None:
+        return None
+    rank = m.group("rank")
+    return {"rank": int(rank) if rank.isdigit() else None, "heartbeat": m.group("which"),
+            "waited_s": float(m.group("waited"))}
+
+
+def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
+    """Copy ``stream`` to our stderr; emit ``hang_detected`` for each rank monitor report."""
+    out = sys.stderr.buffer
+    for raw in iter(stream.readline, b""):  # never stop draining: a full pipe blocks training
+        try:
+            out.write(raw)
+            out.flush()
+        except OSError:
+            pass
+        report = hang_report(raw.decode("utf-8", "replace"))
+        if report is not None:
+            try:
+                events.emit("hang_detected", **report)
+            except OSError as exc:  # the events file is an aid; the relay must go on
+                print(f"resilient-launch node: cannot record a hang: {exc}", file=sys.stderr)
 
 
 def parse_addrs(text: str) -> dict[str, str]:
@@ -50,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     cmd = substitute(cmd, node, parse_addrs(ns.addrs).get(node, ""))
     start = time.time()
+    events_file = os.environ.get("RESILIENT_EVENTS_FILE")
+    watch = bool(events_file) and not ns.capture
     try:
         child = subprocess.Popen(  # noqa: S603 - argv list from the supervisor, no shell
-            cmd, stdout=subprocess.PIPE if ns.capture else None, text=True)
+            cmd, stdout=subprocess.PIPE if ns.capture else None,
+            stderr=subprocess.PIPE if watch else None)
     except OSError as exc:
         os.makedirs(ns.record_dir, exist_ok=True)
         atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"),
@@ -68,12 +113,19 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
+    relay = None
+    if watch and child.stderr is not None:
+        relay = threading.Thread(target=relay_stderr, daemon=True,
+                                 args=(child.stderr, EventLog(events_file, "node", node=node)))
+        relay.start()
     stdout = child.communicate()[0] if ns.capture else None
     rc = child.wait()
+    if relay is not None:
+        relay.join(timeout=5)
     record: dict[str, object] = {"node": node, "rc": rc, "start": round(start, 3),
                                  "end": round(time.time(), 3), "argv0": os.path.basename(cmd[0])}
     if stdout is not None:
-        record["stdout"] = stdout[-60000:]
+        record["stdout"] = stdout.decode("utf-8", "replace")[-60000:]
     os.makedirs(ns.record_dir, exist_ok=True)
     atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"), record)
     return rc if rc >= 0 else 128 - rc

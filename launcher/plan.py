@@ -27,6 +27,8 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
     "term_timeout": ("--term-timeout",),
     "workers_stop_timeout": ("--workers-stop-timeout",),
     "monitor_interval": ("--monitor-interval",),
+    "workload_check_interval": ("--ft-workload-check-interval",
+                                "--ft-param-workload_check_interval"),
     "restart_check_interval": ("--ft-restart-check-interval",
                                "--ft-param-restart_check_interval"),
     "local_addr": ("--local-addr",),
@@ -150,6 +152,7 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     add("term_timeout", _num(opts.term_timeout))
     add("workers_stop_timeout", _num(opts.term_timeout))
     add("monitor_interval", 1)
+    add("workload_check_interval", 1)  # NVRx checks heartbeats every 5 s by default
     if log_dir:
         add("log_dir", log_dir)
     argv += list(opts.ft_args)

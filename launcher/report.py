@@ -1,7 +1,8 @@
 """``resilient-slurm report STATE_DIR``: what happened to a job, from its ``events.jsonl``.
 
 Prints the timeline, each fault with what handled it (in-job restart by ft_launcher, elastic
-relaunch without a node, requeue, or a verdict), recovery time per fault (fault -> the next
+relaunch without a node, requeue, or a verdict), for hangs the detection time (fault -> NVRx's
+missing-heartbeat report, ``hang_detected``), recovery time per fault (fault -> the next
 training ``resume``), steps lost (done before the fault, redone after it) and goodput
 (productive training time / wall time; a step counts once, the last time it was done).
 ``--plot FILE.png`` draws the step over time with faults and recoveries marked (matplotlib,
@@ -29,6 +30,7 @@ class FaultRow:
     handled_by: str
     recovery_s: float | None
     lost_steps: int
+    detected_s: float | None = None  # fault -> NVRx's missing-heartbeat report (hangs)
 
 
 @dataclass
@@ -55,24 +57,28 @@ def _is_fault(e: dict[str, Any]) -> bool:
     return e.get("kind") == "fault"
 
 
-def _handler(events: list[dict[str, Any]], i: int) -> tuple[str, int | None]:
-    """What handled the fault at ``events[i]``, and the index of the recovering ``resume``."""
-    how = "in-job restart (ft_launcher)"
+def _handler(events: list[dict[str, Any]], i: int) -> tuple[str, int | None, int | None]:
+    """What handled the fault at ``events[i]``, the index of the recovering ``resume``, and
+    that of the first missing-heartbeat report in between."""
+    how, found = "in-job restart (ft_launcher)", None
     for j in range(i + 1, len(events)):
         e = events[j]
         k = e.get("kind")
-        if k == "exclude":
+        if k == "hang_detected" and found is None:
+            found = j
+            how = "in-job restart (ft_launcher, missing heartbeats)"
+        elif k == "exclude":
             how = f"elastic relaunch without {e.get('node')}"
         elif k == "requeue":
             excl = ",".join(e.get("excluded") or [])
             how = "requeue" + (f" excluding {excl}" if excl else "")
         elif k == "verdict" and e.get("verdict") != "completed":
-            return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None
+            return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found
         elif k == "resume" and e.get("source") == "training":
-            return how, j
+            return how, j, found
         elif _is_fault(e) and e.get("source") == "training":
-            return how, None
-    return how, None
+            return how, None, found
+    return how, None, found
 
 
 def build(events: list[dict[str, Any]]) -> Report:
@@ -100,12 +106,14 @@ def build(events: list[dict[str, Any]]) -> Report:
         elif kind == "verdict":
             rep.verdict = str(e.get("verdict", ""))
         if _is_fault(e):
-            how, j = _handler(events, i)
+            how, j, found = _handler(events, i)
             rec = float(events[j]["ts"]) - ts if j is not None else None
+            det = float(events[found]["ts"]) - ts if found is not None else None
             resumed = int(events[j].get("step") or 0) if j is not None else None
             lost = max((high or 0) - resumed, 0) if resumed is not None else 0
             rep.faults.append(FaultRow(ts, str(e.get("type") or e.get("fault_type") or "?"),
-                                       str(e.get("node") or ""), e.get("step"), how, rec, lost))
+                                       str(e.get("node") or ""), e.get("step"), how, rec, lost,
+                                       det))
     keep = rep.final_step = high
     rep.productive_s = sum(d for s, d in done.items() if keep is None or s <= keep)
     return rep
@@ -125,8 +133,9 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
         lines.append("  none")
     for f in rep.faults:
         rec = f"{f.recovery_s:.1f}s" if f.recovery_s is not None else "not recovered"
+        det = f"detected after {f.detected_s:.1f}s; " if f.detected_s is not None else ""
         lines.append(f"  +{f.ts - rep.start:8.1f}s {f.what:10} node={f.node or '-':8} "
-                     f"step={f.step}  handled by: {f.handled_by}; recovery {rec}; "
+                     f"step={f.step}  handled by: {f.handled_by}; {det}recovery {rec}; "
                      f"lost steps {f.lost_steps}")
     lines.append(f"Summary: verdict {rep.verdict or '-'}, {rep.cycles} cycle(s), "
                  f"{rep.requeues} requeue(s), final step {rep.final_step}, "

@@ -88,3 +88,20 @@ def test_report_command_and_plot(tmp_path) -> None:  # type: ignore[no-untyped-d
     assert "goodput" in res.output and png.stat().st_size > 1000
     res = CliRunner().invoke(report.report_command, [str(tmp_path), "--json"])
     assert json.loads(res.output)["final_step"] == 10
+
+
+def test_report_hang_detection_time() -> None:
+    events = [
+        ev(0, "launch_start"), ev(1, "resume", "training", step=0),
+        *[ev(1 + s, "progress", "training", step=s) for s in range(1, 4)],
+        ev(4.2, "fault", "training", type="hang", step=4, node="n1"),
+        ev(13.0, "hang_detected", "node", node="n1", rank=0, waited_s=8.0),
+        ev(13.4, "hang_detected", "node", node="n2", rank=1, waited_s=8.0),
+        ev(20.2, "resume", "training", step=2),
+        ev(30, "verdict", verdict="completed", exit_code=0),
+    ]
+    (row,) = report.build(events).faults
+    assert row.handled_by == "in-job restart (ft_launcher, missing heartbeats)"
+    assert abs(row.detected_s - 8.8) < 1e-9 and abs(row.recovery_s - 16.0) < 1e-9
+    assert "detected after 8.8s; recovery 16.0s" in report.render(report.build(events), events)
+    assert report.build(EVENTS).faults[0].detected_s is None

@@ -1,0 +1,47 @@
+"""The per-node shim: argument substitution, exit records, hang reports from NVRx's monitor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from resilient_slurm.events import read_events
+from resilient_slurm.launcher.node import hang_report
+
+# Verbatim from an NVRx 0.4.1 rank monitor on the sandbox.
+LINE = ("[2026-11-29 17:20:01,123] [WARNING] [RankMonServer4242@host-a:1] Did not get "
+        "subsequent heartbeat. Waited 8.00 seconds.")
+
+
+def test_hang_report_parses_the_rank_monitor_line() -> None:
+    assert hang_report(LINE) == {"rank": 1, "heartbeat": "subsequent", "waited_s": 8.0}
+    initial = LINE.replace(":1]", ":<none>]").replace("subsequent", "initial")
+    assert hang_report(initial) == {"rank": None, "heartbeat": "initial", "waited_s": 8.0}
+    assert hang_report("[train rank0] Did not get subsequent heartbeat. Waited 8") is None
+    assert hang_report("[..] [WARNING] [RankMonServer1@h:0] FT timeout elapsed.") is None
+
+
+CHILD = """
+import sys, time
+print("hello from stdout", flush=True)
+sys.stderr.write(sys.argv[1] + "\\n"); sys.stderr.write("plain stderr line\\n")
+sys.exit(3)
+"""
+
+
+def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    env = {**os.environ, "RESILIENT_EVENTS_FILE": str(events), "SLURMD_NODENAME": "node7"}
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.node",
+            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, LINE]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert "hello from stdout" in proc.stdout
+    assert LINE in proc.stderr and "plain stderr line" in proc.stderr
+    record = json.loads((tmp_path / "rec" / "node7.json").read_text())
+    assert record["rc"] == 3 and record["node"] == "node7"
+    (ev,) = read_events(str(events))
+    assert (ev["kind"], ev["source"], ev["node"], ev["rank"], ev["waited_s"]) == (
+        "hang_detected", "node", "node7", 1, 8.0)
