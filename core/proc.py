@@ -72,6 +72,7 @@ def run(
     env: Mapping[str, str] | None = None,
     search_path: str | None = None,
     input_text: str | None = None,
+    cwd: str | None = None,
 ) -> Outcome:
     """Run ``argv`` with a hard ``timeout`` (seconds); never raises for tool failures."""
     if isinstance(argv, str):  # defensive: a shell string is a programming error
@@ -91,6 +92,7 @@ def run(
             errors="replace",
             env=dict(env) if env is not None else None,
             start_new_session=True,
+            cwd=cwd,
         )
     except (FileNotFoundError, PermissionError, OSError) as exc:
         return Outcome(argv, MISSING, None, "", str(exc), time.monotonic() - start)

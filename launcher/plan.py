@@ -12,9 +12,10 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from resilient_slurm import proc
-from resilient_slurm.slurm import HostlistError, expand
+from resilient_slurm.slurm import HostlistError, compress, expand
 
 # Canonical option -> spellings seen across NVRx releases (0.4.1 first). The first spelling
 # that the installed ``ft_launcher --help`` lists is used; an option no release lists is skipped.
@@ -201,6 +202,45 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, feats: Features, nodes: S
     wrapper = node_wrapper(record_dir, {n: addrs.get(n, "") for n in nodes})
     argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id)
     return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir)
+
+
+def _per_node(counts: str, n: int) -> list[str] | None:
+    """``"4(x2),8"`` -> ``["4", "4", "8"]`` when it covers ``n`` nodes, else None."""
+    out: list[str] = []
+    for part in counts.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m is None:
+            return None
+        out += [m.group(1)] * int(m.group(2) or 1)
+    return out if len(out) == n else None
+
+
+def resized_env(env: Mapping[str, str], before: Sequence[str],
+                keep: Sequence[str]) -> dict[str, str]:
+    """The job's ``SLURM_*`` environment after the allocation shrank from ``before`` to
+    ``keep`` (what Slurm's resize script would set; srun trusts these variables)."""
+    out = dict(env)
+    names = compress(list(keep))
+    for var in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        out[var] = names
+    for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        out[var] = str(len(keep))
+    for var in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"):
+        out.pop(var, None)
+    cpus = _per_node(env.get("SLURM_JOB_CPUS_PER_NODE", ""), len(before))
+    if cpus is None:
+        out.pop("SLURM_JOB_CPUS_PER_NODE", None)
+    else:
+        kept = [c for node, c in zip(before, cpus, strict=True) if node in set(keep)]
+        runs: list[list[Any]] = []
+        for c in kept:
+            if runs and runs[-1][0] == c:
+                runs[-1][1] += 1
+            else:
+                runs.append([c, 1])
+        out["SLURM_JOB_CPUS_PER_NODE"] = ",".join(
+            c if k == 1 else f"{c}(x{k})" for c, k in runs)
+    return out
 
 
 def _num(x: float) -> str:

@@ -24,11 +24,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.launcher import blame, evidence, ledger, plan
+from resilient_slurm.slurm import SlurmError
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
 EXIT_TERMINATED = 143
@@ -78,6 +79,7 @@ class Supervisor:
                     "RESILIENT_STATE_DIR": cfg.state_dir,
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
         self.led = ledger.load(cfg.state_dir)
+        self.requested_nodes = len(alloc.nodes)  # before any release
         self.proc: subprocess.Popen[bytes] | None = None
         self.got_signal: int | None = None
 
@@ -154,6 +156,7 @@ class Supervisor:
                                   reason=decision.blamed[node])
                 self.log.emit("recovery", by="elastic relaunch", nodes=survivors,
                               excluded=decision.nodes, cycle=self.led.cycles)
+                self._release(decision.nodes)
                 nodes = survivors
                 continue
             return self._requeue(f"blamed {','.join(decision.nodes)}: {len(survivors)} "
@@ -206,6 +209,27 @@ class Supervisor:
                 return why
         return ""
 
+    def _release(self, blamed: list[str]) -> None:
+        """Give excluded nodes back to Slurm (shrink the running allocation), so they can be
+        repaired instead of idling in this job. The batch host cannot leave; a refusal is
+        recorded and the job goes on without the node either way."""
+        batch = self.alloc.batch_node
+        if batch in blamed:
+            self.log.emit("release", nodes=[batch], done=False,
+                          reason="the batch host cannot leave the allocation")
+        keep = [n for n in self.alloc.nodes if n not in self.led.excluded or n == batch]
+        drop = [n for n in self.alloc.nodes if n not in keep]
+        if not drop:
+            return
+        try:
+            self.slurm.shrink(self.alloc.job_id, keep)
+        except (SlurmError, AttributeError) as exc:
+            self.log.emit("release", nodes=drop, done=False, reason=str(exc))
+            return
+        self.env = plan.resized_env(self.env, self.alloc.nodes, keep)
+        self.alloc = replace(self.alloc, nodes=tuple(keep))
+        self.log.emit("release", nodes=drop, done=True, allocation=keep)
+
     def _blame(self, nodes: list[str], cycle_dir: str, since: float) -> blame.Decision:
         health = evidence.health_sweep(
             list(self.alloc.nodes), os.path.join(cycle_dir, "health"), self.alloc.job_id,
@@ -246,7 +270,9 @@ class Supervisor:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         from resilient_slurm.launcher.requeue import requeue_excluding
 
-        err = requeue_excluding(self.slurm, self.alloc.job_id, excluded)
+        shrunk = len(self.alloc.nodes) != self.requested_nodes
+        err = requeue_excluding(self.slurm, self.alloc.job_id, excluded,
+                                num_nodes=self.requested_nodes if shrunk else None)
         if err:
             return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {err}")
         return EXIT_REQUEUED

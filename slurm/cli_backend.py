@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -51,13 +52,13 @@ class CliSlurm:
 
     # -- plumbing -------------------------------------------------------------------------
     def _run(self, argv: Sequence[str], timeout: float | None = None,
-             env: Mapping[str, str] | None = None) -> str:
+             env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
         exe = proc.resolve(argv[0], self.search)
         if exe is None:
             raise SlurmError(f"{argv[0]} not found (searched {self.search}); install slurm-client",
                              tuple(argv))
         out = proc.run([exe, *argv[1:]], timeout or self.timeout,
-                       env=self.env if env is None else env)
+                       env=self.env if env is None else env, cwd=cwd)
         if out.kind == proc.TIMEOUT:
             raise SlurmError(f"{' '.join(argv[:3])}: no answer within {out.duration_s:.1f}s "
                              "(is slurmctld running?)", tuple(argv))
@@ -174,6 +175,39 @@ class CliSlurm:
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
                    f"ExcNodeList={compress(names) if names else ''}"])
 
+    def set_request(self, job_id: int | str, *, required: Iterable[str] | None = None,
+                    num_nodes: int | None = None) -> None:
+        """Rewrite a pending or held job's request: ``ReqNodeList`` (empty: none) and an exact
+        node count (``NumNodes=N-N``; a bare ``N`` would only lower the minimum)."""
+        argv = ["scontrol", "update", f"JobId={_job_id(job_id)}"]
+        if required is not None:
+            names = list(required)
+            for n in names:
+                _check_name(n)
+            argv.append(f"ReqNodeList={compress(names) if names else ''}")
+        if num_nodes is not None:
+            if num_nodes < 1:
+                raise SlurmError(f"node count must be >= 1, got {num_nodes}")
+            argv.append(f"NumNodes={num_nodes}-{num_nodes}")
+        if len(argv) > 3:
+            self._run(argv)
+
+    def shrink(self, job_id: int | str, keep: Iterable[str]) -> None:
+        """Release a running job's other nodes back to Slurm (``scontrol update NodeList=``).
+
+        Slurm refuses to drop the batch host, kills the job's steps on the released nodes, and
+        does not touch the job's environment: callers run later steps with explicit node lists.
+        Inside a job, scontrol writes ``slurm_job_<id>_resize.{sh,csh}`` into its working
+        directory; it runs in a private temporary directory, removed afterwards."""
+        names = list(keep)
+        if not names:
+            raise SlurmError("a job cannot shrink to no node")
+        for n in names:
+            _check_name(n)
+        with tempfile.TemporaryDirectory(prefix="rs-resize-") as scratch:
+            self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
+                       f"NodeList={compress(names)}"], cwd=scratch)
+
     def cancel(self, job_id: int | str, signal: str | None = None) -> None:
         argv = ["scancel"]
         if signal:
@@ -280,6 +314,7 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
         reason="" if reason == "None" else reason,
         held=priority == 0 or reason.startswith("JobHeld"),
         exit_code=_exit_code(raw.get("exit_code")),
+        required=_nodes_field(raw.get("required_nodes")),
         extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "user_name")
                if k in raw},
     )

@@ -69,6 +69,7 @@ class Job:
     reason: str = ""
     held: bool = False
     exit_code: int = 0
+    required: tuple[str, ...] = ()  # ReqNodeList (sbatch --nodelist)
     extra: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -62,6 +62,7 @@ class PySlurm(CliSlurm):
         j = self._call(self.mod.Job.load, jid)
         nodes = getattr(j, "allocated_nodes", None) or getattr(j, "nodes", None) or ""
         excluded = getattr(j, "excluded_nodes", None) or ""
+        required = getattr(j, "required_nodes", None) or ""
         return Job(
             job_id=jid,
             name=str(getattr(j, "name", "") or ""),
@@ -72,6 +73,7 @@ class PySlurm(CliSlurm):
             requeue=bool(getattr(j, "is_requeueable", False)),
             reason=str(getattr(j, "state_reason", "") or ""),
             held=int(getattr(j, "priority", 1) or 0) == 0,
+            required=tuple(expand(required)) if required else (),
         )
 
     def drain(self, node: str, reason: str) -> None:

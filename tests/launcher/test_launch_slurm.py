@@ -151,22 +151,27 @@ def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     assert [(e["node"], e["mode"]) for e in excl] == [("node3", "elastic")]
     cycles = kinds(state, "cycle_start")
     assert cycles[-1]["nodes"] == ["node1", "node2"]
+    # node3 went back to Slurm (the allocation shrank) instead of idling in the job
+    assert [(e["nodes"], e["done"]) for e in kinds(state, "release")] == [(["node3"], True)]
+    assert job.nodes == ("node1", "node2")
     assert kinds(state, "verdict")[-1]["verdict"] == "completed"
     assert digest in log
     assert any("resharded save" in line for line in log.splitlines())
 
 
 def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
-    # No --nodelist here: a required node list would conflict with the exclusion.
+    # A required node list that names node3: the requeue must drop node3 from it, or the job
+    # would pend forever (ReqNodeList and ExcNodeList in conflict).
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2"],
-                           ["--fault=node@5@node3"])
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",))
     digest = fault_free(3, 10, tmp_path)
     job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 1
     assert "node3" in job.excluded
-    assert "node3" not in job.nodes
+    assert "node3" not in job.nodes and "node3" not in job.required
+    assert len(job.nodes) == 3
     rq = kinds(state, "requeue")
     assert len(rq) == 1 and rq[0]["excluded"] == ["node3"]
     verdicts = [e["verdict"] for e in kinds(state, "verdict")]

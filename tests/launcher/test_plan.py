@@ -122,3 +122,17 @@ def test_node_shim_records_exit(tmp_path, monkeypatch) -> None:  # type: ignore[
     assert rc == 3 and rec["rc"] == 3 and rec["stdout"].strip() == "hi"
     rc = node.main([f"--record-dir={tmp_path}", "--", "/nonexistent/prog"])
     assert rc == 127
+
+
+def test_resized_env_matches_the_released_allocation() -> None:
+    env = {"SLURM_JOB_NODELIST": "n[1-4]", "SLURM_NODELIST": "n[1-4]", "SLURM_NNODES": "4",
+           "SLURM_JOB_NUM_NODES": "4", "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "1(x4)",
+           "SLURM_JOB_CPUS_PER_NODE": "4(x2),8(x2)", "HOME": "/h"}
+    out = plan.resized_env(env, ["n1", "n2", "n3", "n4"], ["n1", "n3", "n4"])
+    assert out["SLURM_JOB_NODELIST"] == out["SLURM_NODELIST"] == "n[1,3-4]"
+    assert out["SLURM_NNODES"] == out["SLURM_JOB_NUM_NODES"] == "3"
+    assert out["SLURM_JOB_CPUS_PER_NODE"] == "4,8(x2)"
+    assert "SLURM_NTASKS" not in out and "SLURM_TASKS_PER_NODE" not in out
+    assert out["HOME"] == "/h" and env["SLURM_NNODES"] == "4"  # the input is left alone
+    odd = plan.resized_env({**env, "SLURM_JOB_CPUS_PER_NODE": "weird"}, ["n1", "n2"], ["n1"])
+    assert "SLURM_JOB_CPUS_PER_NODE" not in odd

@@ -122,6 +122,40 @@ def test_requeue_with_excluded_node(sandbox, slurm, tmp_path) -> None:
         slurm.cancel(jid)
 
 
+def test_shrink_running_job_then_requeue_with_a_satisfiable_request(sandbox, slurm,
+                                                                     tmp_path) -> None:
+    """A running job gives a node back; requeued with that node excluded, its required node
+    list and original size are rewritten so it can start again (on the spare node)."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    env = {**os.environ, "SLURM_CONF": sandbox.conf}
+    jid = slurm.submit(str(script), ["-N3", "--nodelist=node[1-3]", "--requeue",
+                                     f"--output={tmp_path}/out-%j.txt"], env=env)
+    try:
+        job = wait_until(lambda: (j := slurm.job(jid)).state == "RUNNING" and j)
+        assert job.required == ("node1", "node2", "node3")
+        batch = job.extra.get("batch_host") or job.nodes[0]
+        drop = next(n for n in reversed(job.nodes) if n != batch)
+        keep = [n for n in job.nodes if n != drop]
+        with pytest.raises(SlurmError):
+            slurm.shrink(jid, [n for n in job.nodes if n != batch])  # never the batch host
+        slurm.shrink(jid, keep)
+        assert slurm.job(jid).nodes == tuple(keep)
+        wait_until(lambda: slurm.node(drop).state == "IDLE")  # back to Slurm at once
+        slurm.requeue(jid, hold=True)
+        wait_until(lambda: slurm.job(jid).state == "PENDING" and slurm.job(jid).held)
+        slurm.set_excluded(jid, [drop])
+        slurm.set_request(jid, required=[n for n in job.required if n != drop], num_nodes=3)
+        slurm.release(jid)
+        job = wait_until(lambda: (j := slurm.job(jid)).state == "RUNNING" and j, timeout=60)
+        assert len(job.nodes) == 3 and drop not in job.nodes and "node4" in job.nodes
+        assert drop not in job.required and job.excluded == (drop,)
+        with pytest.raises(SlurmError, match=">= 1"):
+            slurm.set_request(jid, num_nodes=0)
+    finally:
+        slurm.cancel(jid)
+
+
 def test_unknown_node_and_job_raise(slurm) -> None:
     with pytest.raises(SlurmError, match="node9"):
         slurm.node("node9")
