@@ -17,6 +17,7 @@ import time
 import pytest
 
 from resilient_slurm.events import read_events
+from resilient_slurm.launcher import report
 from resilient_slurm.launcher import supervisor as sup
 
 pytestmark = pytest.mark.slurm
@@ -106,6 +107,12 @@ def kinds(state: str, kind: str) -> list[dict]:
     return [e for e in read_events(os.path.join(state, "events.jsonl")) if e["kind"] == kind]
 
 
+def handled(state: str) -> list[tuple[str, str]]:
+    """``resilient-slurm report``'s fault rows: (what, what handled it)."""
+    rep = report.build(list(read_events(os.path.join(state, "events.jsonl"))))
+    return [(f.what, f.handled_by) for f in rep.faults]
+
+
 def log_of(tmp_path, jid: int) -> str:  # type: ignore[no-untyped-def]
     p = tmp_path / f"slurm-{jid}.out"
     return p.read_text() if p.exists() else ""
@@ -135,6 +142,8 @@ def test_exception_and_hang_restart_in_job(slurm, clean, tmp_path):  # type: ign
     assert HEARTBEAT_TIMEOUT - 1 <= detect <= HEARTBEAT_TIMEOUT + 5, detect
     assert found[0]["waited_s"] == HEARTBEAT_TIMEOUT
     assert after_hang[0]["ts"] > found[0]["ts"]
+    assert handled(state) == [("exception", "in-job restart (ft_launcher)"),
+                              ("hang", "in-job restart (ft_launcher, missing heartbeats)")]
 
 
 def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -157,6 +166,9 @@ def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     assert kinds(state, "verdict")[-1]["verdict"] == "completed"
     assert digest in log
     assert any("resharded save" in line for line in log.splitlines())
+    out = subprocess.run([os.path.join(BIN, "resilient-slurm"), "report", state],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "node=node3" in out and "handled by: elastic relaunch without node3" in out
 
 
 def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -177,6 +189,7 @@ def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     verdicts = [e["verdict"] for e in kinds(state, "verdict")]
     assert verdicts == ["completed"]
     assert digest in log
+    assert handled(state) == [("node", "requeue excluding node3")]
 
 
 def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -192,6 +205,9 @@ def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no
     assert f"(exit {sup.EXIT_NO_PROGRESS})" in log
     assert any(e.get("type") == "cycle-failed" for e in kinds(state, "fault"))
     assert all(e.get("restart_count", 0) <= 2 for e in kinds(state, "launch_start"))
+    rows = handled(state)
+    assert ("crash", "requeue") in rows
+    assert rows[-1][1] == f"verdict no-progress (exit {sup.EXIT_NO_PROGRESS})"
 
 
 def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -212,3 +228,4 @@ def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  
     resumes = [e["step"] for e in kinds(state, "resume")]
     assert resumes[0] == 0 and resumes[-1] >= 2  # resumed from a checkpoint, not from 0
     assert digest in log
+    assert handled(state) == [("signal", "requeue")]
