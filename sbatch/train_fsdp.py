@@ -196,9 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     injector = FaultInjector(faults, args.steps, rank, world,
                              state_dir=os.path.join(args.checkpoint_dir, "faults"),
                              targeted=targeted, local_rank=local_rank)
-    if injector.schedule:
-        log("fault schedule: " + ", ".join(f"step {f.step} rank {f.rank} {f.type}"
-                                           for f in injector.schedule))
 
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -230,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"keeping the saved --virtual-dp {saved_vdp} (asked {args.virtual_dp}): the global "
             "batch is fixed for the job's life")
     shards = ordered_reduce.VirtualShards(saved_vdp or args.virtual_dp or world, world, rank)
+    injector.set_world(shards.virtual_dp, world)
+    if injector.schedule:
+        log("fault schedule: " + ", ".join(f"step {f.step} rank {f.rank} {f.type}"
+                                           for f in injector.schedule))
     if not ordered_reduce.install(model, shards):
         log("this torch has no FSDP custom reduce-scatter: gradients are averaged by FSDP, "
             "so a resume on another world size is not bitwise exact")

@@ -208,6 +208,7 @@ class FaultInjector:
         self.node_dir: str | None = None
         if (options.count > 0 and wants_node) or any(t.type == "node" for t in targeted):
             self.node_dir = node_dir_from_env(self.env)  # loud, at schedule time
+        self.options, self.steps = options, steps
         self.mine = {f.step: f for f in self.schedule if f.rank == rank}
         node = self.env.get("SLURMD_NODENAME")
         self.targeted = {t.step: t for t in targeted if t.applies(rank, local_rank, node)}
@@ -220,6 +221,15 @@ class FaultInjector:
         }
         if actions:
             self.actions.update(actions)
+
+    def set_world(self, schedule_world: int, live_world: int) -> None:
+        """Draw the schedule over ``schedule_world`` ranks, a size fixed for the job's life
+        (an elastic job's virtual shards), and fire a fault of rank ``r`` on rank
+        ``r % live_world``: a job that shrank meets the same faults as one that did not."""
+        o = self.options
+        self.schedule = compute_schedule(o.count, o.seed, o.types, self.steps, schedule_world,
+                                         o.weights)
+        self.mine = {f.step: f for f in self.schedule if f.rank % live_world == self.rank}
 
     def fired(self) -> list[Fault]:
         return [f for f in self.schedule if os.path.exists(

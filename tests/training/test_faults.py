@@ -185,3 +185,17 @@ def test_node_fault_installs_xid79_scenario_then_dies(tmp_path) -> None:
     assert (event["kind"], event["type"], event["node"]) == ("fault", "node", "node3")
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "survived" in again.stdout  # fired once only
+
+
+def test_schedule_over_a_fixed_world_survives_a_shrink(tmp_path) -> None:
+    """Drawn over 3 virtual ranks: on 2 live ranks the same faults fire (rank 2's on rank 0)."""
+    opts = FaultOptions(count=6, seed=9, types=("exception", "sigkill", "hang"))
+    three = compute_schedule(6, 9, opts.types, 100, 3)
+    fired: list[Fault] = []
+    for rank in (0, 1):
+        inj = _injector(tmp_path, rank, opts, fired)
+        inj.set_world(3, 2)
+        assert inj.schedule == three
+        for step in range(100):
+            inj.maybe_fire(step)
+    assert sorted(fired, key=lambda f: f.index) == three
