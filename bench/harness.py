@@ -243,8 +243,15 @@ class Follower:
                                                              if len(r) > 1 else "")
                             for n, r in blamed.items())
             self.line(f"launcher: blame -> {why or 'no node to blame'}")
+        elif k == "hang_detected" and float(e.get("ts", 0)) - getattr(self, "hang_ts", 0) > 5:
+            self.hang_ts = float(e.get("ts", 0))  # one line per hang, not one per node
+            self.line(f"ft_launcher on {e.get('node')}: no heartbeat from rank {e.get('rank')} "
+                      f"for {e.get('waited_s')} s: hang detected, restarting in-job")
         elif k == "exclude":
             self.line(f"launcher: EXCLUDE {e.get('node')} ({e.get('mode')})")
+        elif k == "release":
+            done = "released to Slurm" if e.get("done") else f"kept ({e.get('reason')})"
+            self.line(f"launcher: {','.join(e.get('nodes') or [])} {done}")
         elif k == "requeue":
             self.line(f"launcher: REQUEUE excluding {','.join(e.get('excluded') or []) or '-'}: "
                       f"{e.get('reason')}")

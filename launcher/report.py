@@ -125,7 +125,8 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
         if e.get("kind") in ("progress",):
             continue
         extra = {k: e[k] for k in ("node", "step", "type", "cycle", "nodes", "rc", "verdict",
-                                   "reason", "blamed", "excluded", "mode", "message") if k in e}
+                                   "rank", "waited_s", "done", "reason", "blamed", "excluded",
+                                   "mode", "message") if k in e}
         lines.append(f"  +{float(e['ts']) - rep.start:8.1f}s {e.get('source', '?'):9} "
                      f"{e.get('kind'):12} {json.dumps(extra, default=str)[:160]}")
     lines.append("Faults:")

@@ -91,7 +91,8 @@ def main() -> int:
     say(f"faults   : seed {wl.fault_seed} -> {harness.describe_schedule(schedule)}")
     say("launcher : sbatch/fsdp.sbatch -> resilient-launch --min-nodes 3, heartbeat timeout "
         "10 s:\n           in-job restarts by ft_launcher; a blamed node is excluded and the job "
-        "requeued\n           onto the spare node (3 ranks stay 3 ranks, so the result is exact)")
+        "requeued\n           onto the spare node (--min-nodes 2 would go on with 2 nodes instead; "
+        "either way\n           the 3 virtual shards keep the result bitwise exact)")
     say(f"work dir : {work}")
     say()
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
