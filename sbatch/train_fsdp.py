@@ -316,4 +316,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is saved and the process group destroyed: leave without interpreter
+    # finalization, where torch's gloo teardown was seen (once, in CI, on a loaded VM) to abort
+    # with "terminate called without an active exception" after a successful run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -184,6 +184,10 @@ def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     assert "node3" in job.excluded
     assert "node3" not in job.nodes and "node3" not in job.required
     assert len(job.nodes) == 3
+    shown = subprocess.run(["scontrol", "show", "job", str(jid)], capture_output=True,
+                           text=True, timeout=30, check=True,
+                           env={**os.environ, "SLURM_CONF": clean.conf}).stdout
+    assert "ExcNodeList=node3" in shown and "Restarts=1" in shown, shown
     rq = kinds(state, "requeue")
     assert len(rq) == 1 and rq[0]["excluded"] == ["node3"]
     verdicts = [e["verdict"] for e in kinds(state, "verdict")]
