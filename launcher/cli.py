@@ -29,12 +29,18 @@ Exit codes:
      cycles/requeues (a deterministic crash); not requeued
   4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
   5  requeued: Slurm restarts this batch script, blamed nodes excluded
+  143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
+     SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
   1  internal error
 \b
-State (--state-dir): events.jsonl (every cycle, fault, blame, exclusion, requeue,
-verdict; training events land there too via RESILIENT_EVENTS_FILE), ledger.json
-(strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node exit records, health
-sweep answers, torchelastic logs). Report: resilient-slurm report STATE_DIR.
+A blamed node is left out of the next cycle; with enough survivors (--min-nodes) the
+job goes on in its allocation and the node is released back to Slurm (except the
+batch host), else the job is requeued with the node in ExcNodeList.
+\b
+State (--state-dir): events.jsonl (every cycle, fault, hang detection, blame, exclusion,
+release, requeue, verdict; training events land there too via RESILIENT_EVENTS_FILE),
+ledger.json (strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node exit records,
+health sweep answers, torchelastic logs). Report: resilient-slurm report STATE_DIR.
 """
 
 
