@@ -183,6 +183,7 @@ class Follower:
     pos: dict[str, int] = field(default_factory=dict)
     last_step: int = 0
     job_state: str = ""
+    hang_ts: float = 0.0  # last hang_detected shown: one line per hang, not one per node
     out: Callable[[str], None] = print
 
     def line(self, what: str) -> None:
@@ -243,8 +244,8 @@ class Follower:
                                                              if len(r) > 1 else "")
                             for n, r in blamed.items())
             self.line(f"launcher: blame -> {why or 'no node to blame'}")
-        elif k == "hang_detected" and float(e.get("ts", 0)) - getattr(self, "hang_ts", 0) > 5:
-            self.hang_ts = float(e.get("ts", 0))  # one line per hang, not one per node
+        elif k == "hang_detected" and float(e.get("ts", 0)) - self.hang_ts > 5:
+            self.hang_ts = float(e.get("ts", 0))
             self.line(f"ft_launcher on {e.get('node')}: no heartbeat from rank {e.get('rank')} "
                       f"for {e.get('waited_s')} s: hang detected, restarting in-job")
         elif k == "exclude":

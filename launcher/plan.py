@@ -7,12 +7,12 @@ lines are tested without Slurm or NVRx. ``detect_features`` is the only part tha
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from resilient_slurm import proc
 from resilient_slurm.slurm import HostlistError, compress, expand
@@ -231,13 +231,9 @@ def resized_env(env: Mapping[str, str], before: Sequence[str],
     if cpus is None:
         out.pop("SLURM_JOB_CPUS_PER_NODE", None)
     else:
-        kept = [c for node, c in zip(before, cpus, strict=True) if node in set(keep)]
-        runs: list[list[Any]] = []
-        for c in kept:
-            if runs and runs[-1][0] == c:
-                runs[-1][1] += 1
-            else:
-                runs.append([c, 1])
+        kept = set(keep)
+        runs = [(c, len(list(g))) for c, g in itertools.groupby(
+            c for node, c in zip(before, cpus, strict=True) if node in kept)]
         out["SLURM_JOB_CPUS_PER_NODE"] = ",".join(
             c if k == 1 else f"{c}(x{k})" for c, k in runs)
     return out

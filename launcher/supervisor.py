@@ -223,7 +223,7 @@ class Supervisor:
             return
         try:
             self.slurm.shrink(self.alloc.job_id, keep)
-        except (SlurmError, AttributeError) as exc:
+        except SlurmError as exc:
             self.log.emit("release", nodes=drop, done=False, reason=str(exc))
             return
         self.env = plan.resized_env(self.env, self.alloc.nodes, keep)

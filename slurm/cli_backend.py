@@ -169,9 +169,7 @@ class CliSlurm:
 
     def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
         """Set a job's ``ExcNodeList`` (only while the job is pending, held or requeued)."""
-        names = list(nodes)
-        for n in names:
-            _check_name(n)
+        names = _checked(nodes)
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
                    f"ExcNodeList={compress(names) if names else ''}"])
 
@@ -181,9 +179,7 @@ class CliSlurm:
         node count (``NumNodes=N-N``; a bare ``N`` would only lower the minimum)."""
         argv = ["scontrol", "update", f"JobId={_job_id(job_id)}"]
         if required is not None:
-            names = list(required)
-            for n in names:
-                _check_name(n)
+            names = _checked(required)
             argv.append(f"ReqNodeList={compress(names) if names else ''}")
         if num_nodes is not None:
             if num_nodes < 1:
@@ -199,11 +195,9 @@ class CliSlurm:
         does not touch the job's environment: callers run later steps with explicit node lists.
         Inside a job, scontrol writes ``slurm_job_<id>_resize.{sh,csh}`` into its working
         directory; it runs in a private temporary directory, removed afterwards."""
-        names = list(keep)
+        names = _checked(keep)
         if not names:
             raise SlurmError("a job cannot shrink to no node")
-        for n in names:
-            _check_name(n)
         with tempfile.TemporaryDirectory(prefix="rs-resize-") as scratch:
             self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
                        f"NodeList={compress(names)}"], cwd=scratch)
@@ -235,6 +229,14 @@ class CliSlurm:
 
 
 # -- parsing helpers (pure, tested without Slurm) -------------------------------------------
+def _checked(nodes: Iterable[str]) -> list[str]:
+    """``nodes`` as a list, every name validated (SlurmError on a bad one)."""
+    names = list(nodes)
+    for n in names:
+        _check_name(n)
+    return names
+
+
 def _check_name(node: str) -> None:
     if not node or not re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", node):
         raise SlurmError(f"invalid node name {node!r}")
