@@ -146,6 +146,7 @@ def up(
     if nodes < 1 or nodes > 64:
         raise SandboxError("--nodes must be between 1 and 64")
     progs = preflight()
+    jobuser.ensure_account(user or DEFAULT_USER)  # a bad --user fails before anything is made
     paths = Paths(root)
     # Daemons recorded by an earlier `up` and still running (checked in /proc, so a recycled
     # PID does not count): an unclean stop that left them behind. Anything else is reused.
