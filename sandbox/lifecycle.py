@@ -150,11 +150,14 @@ def up(
     paths = Paths(root)
     # Daemons recorded by an earlier `up` and still running (checked in /proc, so a recycled
     # PID does not count): an unclean stop that left them behind. Anything else is reused.
-    if os.path.exists(paths.meta) and members(paths).daemons:
-        raise SandboxError(
-            f"a sandbox is already running in {paths.root}: "
-            f"`resilient-slurm sandbox down --dir {paths.root}` first"
-        )
+    if os.path.exists(paths.meta):
+        left = members(paths)
+        if left.daemons:
+            raise SandboxError(
+                f"a sandbox is already running in {paths.root}: "
+                f"`resilient-slurm sandbox down --dir {paths.root}` first"
+            )
+        kill_pids(left.all())  # jobs and step daemons orphaned by daemons that died
     # A fresh start (slurmctld -c): state saved by an earlier run, perhaps under another
     # ClusterName, is dropped so it cannot refuse to start ("CLUSTER NAME MISMATCH").
     shutil.rmtree(paths.p("state"), ignore_errors=True)

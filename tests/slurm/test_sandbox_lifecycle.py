@@ -131,19 +131,30 @@ def test_up_twice_on_one_directory_and_after_an_unclean_stop(sandbox_dir: str) -
         res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
         assert res.returncode == 0, res.stderr
         assert cli("down", "--dir", sandbox_dir).returncode == 0
-    assert cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir).returncode == 0
+    assert cli("up", "--nodes", "2", "--no-hooks", "--dir", sandbox_dir).returncode == 0
     # Unclean stop, daemons still running (e.g. the caller was killed): say what to do.
     res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert f"resilient-slurm sandbox down --dir {paths.root}" in res.stderr
-    # Unclean stop, every daemon killed outright: up works again.
+    # Unclean stop, every daemon killed outright while a job runs on node2: up (now without
+    # node2, whose slurmd would otherwise clean up) works and ends the orphaned job processes.
+    job = lifecycle.run_as_user(sandbox_dir, ["sbatch", "-N1", "-w", "node2", "-o", "/dev/null",
+                                              "--wrap", "sleep 600"], capture_output=True)
+    assert job.returncode == 0, job.stderr
+    deadline = time.monotonic() + 30
+    while not members(paths).jobs:
+        assert time.monotonic() < deadline, "the job's processes never appeared"
+        time.sleep(0.2)
     for pid in members(paths).daemons:
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while members(paths).all() and time.monotonic() < deadline:
+    while members(paths).daemons and time.monotonic() < deadline:
         time.sleep(0.1)
+    orphans = members(paths).jobs + members(paths).step_daemons
+    assert orphans  # what a crash leaves behind
     res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
     assert res.returncode == 0, res.stderr
+    assert not [p for p in orphans if p in all_procs()]
     assert cli("down", "--dir", sandbox_dir).returncode == 0
 
 
