@@ -48,6 +48,7 @@ class XidRule:
     action: str
     meaning: str
     source: str
+    mapped: bool = True  # False: not in the policy (fails closed, but never holds)
 
 
 @dataclass
@@ -59,11 +60,12 @@ class XidPolicy:
     def rule(self, xid: int) -> XidRule:
         """The rule for ``xid``; an unmapped Xid (or unknown generation) fails closed."""
         if not self.generation:
-            return XidRule("drain", "unknown", "unknown GPU generation: failing closed")
+            return XidRule("drain", "unknown", "unknown GPU generation: failing closed", False)
         found = self.rules.get(xid)
         if found is None:
             return XidRule("drain", "unknown",
-                           f"Xid {xid} not in the {self.generation} policy: failing closed")
+                           f"Xid {xid} not in the {self.generation} policy: failing closed",
+                           False)
         return found
 
 
@@ -113,6 +115,35 @@ def action_for_154(text: str) -> str | None:
         if needle in low:
             return action
     return None
+
+
+@dataclass(frozen=True)
+class EfaRule:
+    phrase: str
+    action: str
+    meaning: str
+    source: str
+
+
+@functools.lru_cache(maxsize=1)
+def efa_rules() -> tuple[EfaRule, ...]:
+    """Fatal EFA driver phrases and their actions (``policy/efa.toml``), longest first."""
+    path = os.path.join(POLICY_DIR, "efa.toml")
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    rules = []
+    for entry in data.get("line", []):
+        if entry["action"] not in ACTION_RANK:
+            raise ValueError(f"{path}: {entry['phrase']!r}: bad action {entry['action']!r}")
+        rules.append(EfaRule(entry["phrase"].lower(), entry["action"], entry.get("meaning", ""),
+                             entry["source"]))
+    return tuple(sorted(rules, key=lambda r: -len(r.phrase)))
+
+
+def efa_rule_for(text: str) -> EfaRule | None:
+    """The EFA rule whose phrase ``text`` holds (None: not a fatal EFA line)."""
+    low = text.lower()
+    return next((r for r in efa_rules() if r.phrase in low), None)
 
 
 def worst_action(actions: list[str]) -> str:

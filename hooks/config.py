@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resilient_slurm.config import ConfigError, register_section
+from resilient_slurm.config import ConfigError, check_finite, register_section
 
 
 @register_section("hooks")
@@ -22,6 +22,8 @@ class HooksConfig:
     ``scontrol reboot ASAP nextstate=RESUME`` instead of a drain. ``slurm_conf`` is needed by the
     HealthCheckProgram, whose environment holds only SLURMD_NODENAME. Budgets bound each hook's
     checks (keep them well under PrologEpilogTimeout and the 60 s HealthCheckProgram limit).
+    ``verdict_file``: where each run publishes this node's latest verdict, world-readable
+    (``docs/hooks.md``); empty: not published.
     """
 
     owner_prefix: str = "rhc:"
@@ -33,6 +35,7 @@ class HooksConfig:
     state_dir: str = "/var/lib/resilient-slurm/hooks/{node}"
     events_file: str = "/var/log/resilient-slurm/events.jsonl"
     metrics_file: str = ""
+    verdict_file: str = "/var/lib/resilient-slurm/verdicts/{node}.json"
     lock_timeout_s: float = 5.0
     prolog_budget_s: float = 20.0
     epilog_budget_s: float = 45.0
@@ -41,6 +44,7 @@ class HooksConfig:
     epilog_diag_level: int = 2
 
     def validate(self) -> None:
+        check_finite(self, "hooks")
         prefix = self.owner_prefix
         if not (2 <= len(prefix) <= 12) or not all(c.isalnum() or c in ":-_" for c in prefix):
             raise ConfigError("hooks.owner_prefix", "2-12 characters of letters, digits, ':-_'")
@@ -60,5 +64,7 @@ class HooksConfig:
             value = getattr(self, name)
             if not value.startswith("/"):
                 raise ConfigError(f"hooks.{name}", "must be an absolute path")
-        if self.metrics_file and not self.metrics_file.startswith("/"):
-            raise ConfigError("hooks.metrics_file", "must be an absolute path")
+        for name in ("metrics_file", "verdict_file"):
+            value = getattr(self, name)
+            if value and not value.startswith("/"):
+                raise ConfigError(f"hooks.{name}", "must be an absolute path")

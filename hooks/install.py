@@ -19,7 +19,7 @@ from resilient_slurm.config import ConfigError, load_config
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main"),
-    "healthcheck": ("resilient_slurm.hooks.entry", "health_main"),
+    "healthcheck": ("resilient_slurm.healthcheck.hook", "health_main"),
 }
 
 SKELETON = """\

@@ -40,8 +40,10 @@ class CliSlurm:
         timeout: float = 15.0,
         bin_dir: str | None = None,
         env: Mapping[str, str] | None = None,
+        version_file: str | None = None,
     ) -> None:
         self.conf = conf
+        self.version_file = version_file
         self.timeout = timeout
         base = dict(os.environ if env is None else env)
         if conf:
@@ -81,13 +83,18 @@ class CliSlurm:
         return data
 
     def version(self) -> tuple[int, int]:
-        """(major, minor) of the installed Slurm client tools."""
+        """(major, minor) of the installed Slurm client tools (cached in ``version_file``,
+        keyed by the scontrol binary's path and mtime, when one is given)."""
+        if self._version is None and self.version_file:
+            self._version = _cached_version(self.version_file, self.search)
         if self._version is None:
             text = self._run(["scontrol", "--version"])
             m = re.search(r"(\d+)\.(\d+)", text)
             if not m:
                 raise SlurmError(f"cannot read Slurm version from {text!r}")
             self._version = (int(m.group(1)), int(m.group(2)))
+            if self.version_file:
+                _save_version(self.version_file, self.search, self._version)
         return self._version
 
     # -- reading --------------------------------------------------------------------------
@@ -115,7 +122,21 @@ class CliSlurm:
         return [by_name[n] for n in wanted]
 
     def node(self, name: str) -> Node:
-        return self.nodes([name])[0]
+        """One node, asking the controller about that node only (never the whole table):
+        ``scontrol --json show node NAME`` on Slurm >= 23.02, ``scontrol -o show node NAME``
+        before."""
+        _check_name(name)
+        if self.version() >= (23, 2):
+            found = [_node_from_json(n) for n in
+                     self._json(["scontrol", "--json", "show", "node", name]).get("nodes", [])]
+        else:
+            found = [node_from_oneliner(line) for line in
+                     self._run(["scontrol", "-o", "show", "node", name]).splitlines()
+                     if line.startswith("NodeName=")]
+        match = [n for n in found if n.name == name]
+        if not match:
+            raise SlurmError(f"unknown node(s): {name}")
+        return match[0]
 
     def jobs(self) -> list[Job]:
         """Every job the controller still knows (pending, running, finished within MinJobAge)."""
@@ -264,6 +285,59 @@ def split_state(words: list[str]) -> tuple[str, frozenset[str]]:
     if flags & {"DRAINED", "DRAINING"}:
         flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
     return base, frozenset(flags)
+
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
+
+
+def node_from_oneliner(line: str) -> Node:
+    """A node from ``scontrol -o show node`` (22.05). ``Reason=`` comes last and may hold
+    spaces and ``=``; it ends with `` [user@time]``."""
+    reason, user = "", ""
+    head, sep, tail = line.partition(" Reason=")
+    if sep:
+        m = re.match(r"^(.*?)\s*\[([^\]@]*)@[^\]]*\]\s*$", tail)
+        reason, user = (m.group(1), m.group(2)) if m else (tail.strip(), "")
+    fields: dict[str, str] = {}
+    keys = list(_KEY.finditer(head))
+    for i, k in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(head)
+        fields[k.group(1)] = head[k.end():end].strip()
+    base, flags = split_state(_words(fields.get("State", "")))
+    return Node(name=fields.get("NodeName", ""), state=base, flags=flags, reason=reason,
+                reason_user=user, addr=fields.get("NodeAddr", ""))
+
+
+def _version_key(search: str) -> dict[str, Any] | None:
+    exe = proc.resolve("scontrol", search)
+    if exe is None:
+        return None
+    st = os.stat(exe)
+    return {"exe": exe, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+
+
+def _cached_version(path: str, search: str) -> tuple[int, int] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        key = _version_key(search)
+        if key is not None and data.get("key") == key:
+            major, minor = data["version"]
+            return int(major), int(minor)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _save_version(path: str, search: str, version: tuple[int, int]) -> None:
+    from resilient_slurm.fsutil import atomic_write_json
+
+    try:
+        key = _version_key(search)
+        if key is not None:
+            atomic_write_json(path, {"key": key, "version": list(version)}, mode=0o600)
+    except OSError:
+        pass  # a cache: the next run asks again
 
 
 def _node_from_json(raw: Mapping[str, Any]) -> Node:
