@@ -137,6 +137,7 @@ class HealthConfig:
     storage_paths: list[str] = field(default_factory=list)
     storage_require_mount: bool = True
     profile: str = ""
+    allow_unmatched_profile: bool = False
     profile_patterns: dict[str, str] = field(default_factory=dict)
     profiles: dict[str, ProfileSpec] = field(default_factory=dict)
     checks: dict[str, CheckSwitch] = field(default_factory=dict)

@@ -31,10 +31,16 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
         since = saved.get("kernel_position") if isinstance(saved, dict) else None
         if not isinstance(since, dict):
             since = None
-        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since)
+        # The job's GPUs only (a shared node's other jobs own the rest); node-wide without
+        # SLURM_JOB_GPUS.
+        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since,
+                       gpu_indices=ctx.gpus)
         if hk.epilog_diag_on_failure and ctx.exit_code not in (None, 0):
-            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level)
-            deep = check(deep_cfg, ctx, "epilog", hk.epilog_budget_s, only=["dcgm_diag"])
+            budget = hk.diag_budget_s()
+            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level,
+                                          dcgm_diag_timeout_s=budget,
+                                          watchdog_s=budget + 1.0)
+            deep = check(deep_cfg, ctx, "epilog", budget + 1.0, only=["dcgm_diag"])
             report.results.extend(deep.results)
         runner.record(config, ctx, "epilog", report, events, job_exit_code=ctx.exit_code)
         status = runner.act(config, ctx, report, events, may_resume=False, source="epilog")

@@ -128,6 +128,10 @@ def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
 
     def judge(gpu: GpuInfo, value: tuple[int, int]) -> Result | None:
         vol, agg = value
+        if vol < 0 or agg < 0:
+            return _r("ecc", UNKNOWN, "ECC_IMPLAUSIBLE", gpu, f"impossible ECC counts "
+                      f"({vol}, {agg}): the tool's answer cannot be trusted",
+                      f"volatile={vol} aggregate={agg}")
         if vol > cfg.ecc_volatile_uncorrected_max:
             return _r("ecc", FAIL, "ECC_DBE", gpu, f"{vol} uncorrectable ECC errors since the "
                       "last reset", f"volatile={vol} aggregate={agg}", action="reset_gpu")
@@ -192,6 +196,10 @@ def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     cfg = ctx.cfg
 
     def judge(gpu: GpuInfo, temp: int) -> Result | None:
+        if not isinstance(temp, (int, float)) or temp != temp or not -40 < temp < 200:
+            return _r("temperature", UNKNOWN, "TEMP_IMPLAUSIBLE", gpu, f"impossible "
+                      f"temperature {temp} C: the tool's answer cannot be trusted",
+                      f"temp={temp}")
         if temp >= cfg.temperature_fail_c:
             return _r("temperature", FAIL, "GPU_TEMP", gpu, f"{temp} C (limit "
                       f"{cfg.temperature_fail_c:g} C)", f"temp={temp}C", action="drain")

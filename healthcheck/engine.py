@@ -58,7 +58,8 @@ CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 _CORE = ["gpu_count", "ecc", "row_remap", "recovery_action", "xid", "sxid", "efa_driver"]
 CHECK_SETS: dict[str, list[str]] = {
-    "prolog": _CORE + ["fabric", "nvlink", "efa", "infiniband", "storage", "dcgm_diag"],
+    # No diagnostic in the prolog: even `dcgmi diag -r 1` may not finish in its budget.
+    "prolog": _CORE + ["fabric", "nvlink", "efa", "infiniband", "storage"],
     "periodic": _CORE + ["retired_pages", "clocks", "temperature", "nvlink", "pcie", "fabric",
                          "efa", "infiniband", "fi_info", "dcgm_health", "storage"],
     "epilog": _CORE + ["gpu_procs", "gpu_memory"],
@@ -156,7 +157,7 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
                            for n in enabled]
     else:
         _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
-    report.results.insert(0, sel.result(node))
+    report.results.insert(0, sel.result(node, cfg.allow_unmatched_profile))
     report.duration_s = time.monotonic() - start
     return report
 

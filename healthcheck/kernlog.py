@@ -100,8 +100,14 @@ def parse_line(text: str, ts: float | None = None) -> LogEvent | None:
         return LogEvent("xid", int(x.group(2)), norm_pci(x.group(1)), detail, ts)
     if (s := _SXID.search(text)) is not None:
         rest = s.group(4).strip()
+        low = rest.lower()
+        if low.startswith(("severity", "data {", "data{")):
+            # The follow-up lines of an SXid report ("Severity 0 Engine instance ...",
+            # "Data {...}"): the header line before them says whether it is fatal.
+            return LogEvent("sxid_detail", int(s.group(3)), norm_pci(s.group(2)), rest, ts,
+                            fatal=False)
         return LogEvent("sxid", int(s.group(3)), norm_pci(s.group(2)), rest, ts,
-                        fatal=not rest.lower().startswith("non-fatal"))
+                        fatal=not low.startswith("non-fatal"))
     if (w := _EFA_WORD.search(text)) is not None and _EFA_FATAL_PHRASE.search(text, w.end()):
         return LogEvent("efa", None, "", text.strip()[:400], ts)
     if "NVRM: Xid" in text:  # an Xid we cannot read is not a line we may ignore

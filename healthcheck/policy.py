@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from resilient_slurm.config import HealthConfig, tomllib
 
 POLICY_DIR = os.path.join(os.path.dirname(__file__), "policy")
-GENERATIONS = ("ampere", "hopper", "blackwell")
+GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 
 # Actions by severity; the worst one in a set of Xids wins.
 ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboot": 4}
@@ -25,10 +25,11 @@ ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboo
 _NAME_HINTS = (
     (re.compile(r"\b(GB\d{3}|B\d{3}|RTX PRO 6000 Blackwell)\b"), "blackwell"),
     (re.compile(r"\b(GH\d{3}|H\d{3}|H800|H20)\b"), "hopper"),
+    (re.compile(r"\b(L4|L40S?|L20|RTX \d{4} Ada|RTX 6000 Ada)\b"), "ada"),
     (re.compile(r"\b(A\d{2,3}|A800)\b"), "ampere"),
 )
-# NVML architecture numbers (nvmlDeviceGetArchitecture): 7 Ampere, 9 Hopper, 10 Blackwell.
-_ARCH = {7: "ampere", 9: "hopper", 10: "blackwell"}
+# NVML architecture numbers (nvmlDeviceGetArchitecture): 7 Ampere, 8 Ada, 9 Hopper, 10 Blackwell.
+_ARCH = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell"}
 
 
 def generation_of(name: str | None, architecture: int | str | None = None) -> str:

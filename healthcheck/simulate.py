@@ -77,8 +77,8 @@ SCHEMA: dict[str, Any] = {
     "kernel_log": {"boot_id", "uptime_s", "behavior", "lines", "append"},
     "rdma": {"efa", "efa_rate", "efa_down", "port_unreadable", "ib", "ib_rate", "ib_down",
              "unreadable"},
-    "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health"},
-              "fi_info": {"behavior", "exit_code", "provider"}},
+    "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health", "delay_s"},
+              "fi_info": {"behavior", "exit_code", "provider", "delay_s"}},
     "site": {"health": True},
 }
 

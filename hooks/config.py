@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 from resilient_slurm.config import ConfigError, check_finite, register_section
 
+# What ``dcgmi diag -r LEVEL`` needs (DCGM docs: level 1 seconds, 2 about 2 minutes, 3 about
+# 15 minutes, 4 hours).
+DIAG_LEVEL_BUDGET_S = {1: 30.0, 2: 150.0, 3: 1200.0, 4: 14400.0}
+
 
 @register_section("hooks")
 @dataclass
@@ -42,6 +46,12 @@ class HooksConfig:
     health_budget_s: float = 30.0
     epilog_diag_on_failure: bool = False
     epilog_diag_level: int = 2
+    epilog_diag_budget_s: float = 0.0  # 0: DIAG_LEVEL_BUDGET_S[epilog_diag_level]
+    prolog_epilog_timeout_s: float = 120.0  # slurm.conf PrologEpilogTimeout
+
+    def diag_budget_s(self) -> float:
+        """Seconds the epilog's ``dcgmi diag -r LEVEL`` may take."""
+        return self.epilog_diag_budget_s or DIAG_LEVEL_BUDGET_S[self.epilog_diag_level]
 
     def validate(self) -> None:
         check_finite(self, "hooks")
@@ -60,6 +70,25 @@ class HooksConfig:
                               "Slurm's 60 s HealthCheckProgram limit")
         if self.epilog_diag_level not in (1, 2, 3, 4):
             raise ConfigError("hooks.epilog_diag_level", "must be 1, 2, 3 or 4")
+        overhead = 2 * self.slurm_timeout_s + self.lock_timeout_s
+        limit = self.prolog_epilog_timeout_s
+        if self.prolog_budget_s + overhead >= limit:
+            raise ConfigError("hooks.prolog_budget_s", f"budget + 2 x slurm_timeout_s + "
+                              f"lock_timeout_s must stay under PrologEpilogTimeout ({limit:g} s, "
+                              "hooks.prolog_epilog_timeout_s)")
+        epilog = self.epilog_budget_s + overhead
+        if self.epilog_diag_on_failure:
+            epilog += self.diag_budget_s() + 1.0
+            if self.diag_budget_s() < DIAG_LEVEL_BUDGET_S[self.epilog_diag_level] / 2:
+                raise ConfigError("hooks.epilog_diag_budget_s", f"dcgmi diag -r "
+                                  f"{self.epilog_diag_level} needs about "
+                                  f"{DIAG_LEVEL_BUDGET_S[self.epilog_diag_level]:g} s")
+        if epilog >= limit:
+            what = " + diagnostic" if self.epilog_diag_on_failure else ""
+            raise ConfigError("hooks.epilog_budget_s", f"epilog budget{what} "
+                              f"+ 2 x slurm_timeout_s + lock_timeout_s = {epilog:g} s does not "
+                              f"fit PrologEpilogTimeout ({limit:g} s, "
+                              "hooks.prolog_epilog_timeout_s)")
         for name in ("state_dir", "events_file"):
             value = getattr(self, name)
             if not value.startswith("/"):

@@ -147,7 +147,42 @@ def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
         slurm_conf = slurm_conf or hk.slurm_conf or os.environ.get("SLURM_CONF") \
             or "/etc/slurm/slurm.conf"
     problems += _conf_problems(inst, slurm_conf or "/etc/slurm/slurm.conf")
+    if config is not None:
+        problems += profile_problems(config, slurm_conf or "/etc/slurm/slurm.conf")
     return problems
+
+
+def profile_problems(config, slurm_conf: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Nodes of slurm.conf that no profile matches (their runs would be ``unknown``)."""
+    from resilient_slurm.healthcheck.profiles import select_profile
+    from resilient_slurm.slurm.hostlist import HostlistError, expand
+
+    if config.health.allow_unmatched_profile:
+        return []
+    try:
+        text = open(slurm_conf, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return []
+    names: list[str] = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*NodeName\s*=\s*(\S+)", line.split("#", 1)[0], re.IGNORECASE)
+        if m and m.group(1).upper() != "DEFAULT":
+            try:
+                names += expand(m.group(1))
+            except HostlistError:
+                continue
+    try:
+        unmatched = [n for n in names
+                     if select_profile(config.health, n).how == "auto"]
+    except ConfigError as exc:
+        return [f"profiles: {exc}"]
+    if not unmatched:
+        return []
+    from resilient_slurm.slurm.hostlist import compress
+
+    return [f"profiles: no profile matches node(s) {compress(unmatched)}: their health runs "
+            "are unknown and drain them (add a profile, or set "
+            "health.allow_unmatched_profile = true)"]
 
 
 def _conf_problems(inst: Installation, slurm_conf: str) -> list[str]:
