@@ -23,7 +23,7 @@ from resilient_slurm.healthcheck import kernlog
 from resilient_slurm.healthcheck.cli import main as health_cli
 from resilient_slurm.healthcheck.engine import run_checks
 from resilient_slurm.healthcheck.simulate import install_scenario
-from resilient_slurm.hooks import nodestate, verdict
+from resilient_slurm.hooks import nodestate
 
 from ..healthcheck.helpers import by_check, make_config, write_scenario
 
@@ -31,7 +31,7 @@ XID79 = ("[86390.1] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unkno
          "GPU has fallen off the bus.")
 
 
-def hook_config(tmp_path, extra: str = "") -> str:
+def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
     """A hook config for node n1 on simulated hardware, Slurm pointed at nothing."""
     root = tmp_path / "root"
     root.mkdir(mode=0o755, exist_ok=True)
@@ -42,7 +42,7 @@ def hook_config(tmp_path, extra: str = "") -> str:
         "[hooks]\n"
         f'state_dir = "{root}/nodes/{{node}}/hooks"\n'
         f'events_file = "{root}/events.jsonl"\n'
-        f'verdict_file = "{root}/verdicts/{{node}}.json"\n'
+        + (f'verdict_file = "{root}/verdicts/{{node}}.json"\n' if verdicts else "") +
         'slurm_bin_dir = "/nonexistent"\n'
         'slurm_conf = "/nonexistent/slurm.conf"\n'
         "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"
@@ -60,7 +60,7 @@ def run_hook(module: str, config: str, env: dict[str, str] | None = None,
     """A hook as slurmd runs it: root, a bare environment, ``python -I``."""
     func = {"prolog": "resilient_slurm.prolog.hook:prolog_main",
             "epilog": "resilient_slurm.epilog.hook:epilog_main",
-            "health": "resilient_slurm.healthcheck.hook:health_main"}[module]
+            "health": "resilient_slurm.hooks.entry:health_main"}[module]
     mod, fn = func.split(":")
     code = f"import sys; from {mod} import {fn}; sys.exit({fn}(['--config', {config!r}]))"
     base = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}
@@ -204,10 +204,12 @@ def test_negative_temperature_and_ecc_from_the_tool_are_unknown(tmp_path):
 # -- items 3 and 8: hooks -----------------------------------------------------------------
 
 def test_healthy_hooks_never_ask_slurm_and_publish_their_verdict(tmp_path):
-    config = hook_config(tmp_path)
+    config = hook_config(tmp_path, verdicts=True)
     for hook in ("prolog", "epilog", "health"):
         done = run_hook(hook, config)
         assert done.returncode == 0, (hook, done.stderr)
+    from resilient_slurm.hooks import verdict
+
     rec = verdict.read_verdict(str(tmp_path / "root" / "verdicts" / "n1.json"))
     assert rec is not None and rec["status"] == "ok" and rec["healthy"]
     assert rec["source"] == "health" and rec["node"] == "n1" and rec["codes"] == []
@@ -353,6 +355,7 @@ def test_diag_budget_must_fit_prolog_epilog_timeout(tmp_path):
 
 def test_published_verdict_record_shape():
     from resilient_slurm.healthcheck.model import Report, Result
+    from resilient_slurm.hooks import verdict
 
     rep = Report("n9", [Result("xid", "fail", "XID79", "lost", device="gpu3")])
     rec = verdict.verdict_record(rep, "epilog", 7, now=time.time())
