@@ -361,3 +361,27 @@ def test_published_verdict_record_shape():
     rec = verdict.verdict_record(rep, "epilog", 7, now=time.time())
     assert rec["codes"] == ["XID79"] and rec["healthy"] is False and rec["job"] == 7
     assert json.loads(json.dumps(rec)) == rec
+
+
+# -- item 2: the prolog never fails on the lock ---------------------------------------------
+
+def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
+    config = hook_config(tmp_path)
+    text = open(config).read().replace("tool_timeout_s = 5", "tool_timeout_s = 15")
+    text = text.replace("watchdog_s = 10", "watchdog_s = 20").replace(
+        "health_budget_s = 10", "health_budget_s = 20")
+    open(config, "w").write(text)
+    scen = write_scenario(str(tmp_path / "s"), "slow", "[tools.dcgmi]\ndelay_s = 10\n")
+    install_scenario(str(tmp_path / "root" / "nodes" / "n1"), scen)
+    mod = "resilient_slurm.hooks.entry"
+    health = subprocess.Popen(
+        [sys.executable, "-I", "-c", f"import sys; from {mod} import health_main; "
+         f"sys.exit(health_main(['--config', {config!r}]))"],
+        env={"SLURMD_NODENAME": "n1"}, cwd="/", stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)  # the health run is now busy with its 10 s dcgmi
+        done = run_hook("prolog", config)
+        assert done.returncode == 0, done.stderr
+    finally:
+        assert health.wait(timeout=60) == 0
