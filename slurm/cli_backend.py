@@ -122,21 +122,19 @@ class CliSlurm:
         return [by_name[n] for n in wanted]
 
     def node(self, name: str) -> Node:
-        """One node, asking the controller about that node only (never the whole table):
-        ``scontrol --json show node NAME`` on Slurm >= 23.02, ``scontrol -o show node NAME``
-        before."""
+        """One node, asking the controller about that node only.
+
+        ``sinfo -n NAME -N -O ...`` is answered with REQUEST_NODE_INFO_SINGLE (measured with
+        sdiag on 22.05), whereas ``scontrol show node NAME`` and ``sinfo --json`` fetch the
+        whole node table (REQUEST_NODE_INFO) and filter it on the client.
+        """
         _check_name(name)
-        if self.version() >= (23, 2):
-            found = [_node_from_json(n) for n in
-                     self._json(["scontrol", "--json", "show", "node", name]).get("nodes", [])]
-        else:
-            found = [node_from_oneliner(line) for line in
-                     self._run(["scontrol", "-o", "show", "node", name]).splitlines()
-                     if line.startswith("NodeName=")]
-        match = [n for n in found if n.name == name]
-        if not match:
-            raise SlurmError(f"unknown node(s): {name}")
-        return match[0]
+        out = self._run(["sinfo", "-n", name, "-N", "-h", "-O", _SINFO_FORMAT])
+        for line in out.splitlines():
+            node = node_from_sinfo(line)
+            if node is not None and node.name == name:
+                return node
+        raise SlurmError(f"unknown node(s): {name}")
 
     def jobs(self) -> list[Job]:
         """Every job the controller still knows (pending, running, finished within MinJobAge)."""
@@ -287,25 +285,21 @@ def split_state(words: list[str]) -> tuple[str, frozenset[str]]:
     return base, frozenset(flags)
 
 
-_KEY = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
+_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
 
 
-def node_from_oneliner(line: str) -> Node:
-    """A node from ``scontrol -o show node`` (22.05). ``Reason=`` comes last and may hold
-    spaces and ``=``; it ends with `` [user@time]``."""
-    reason, user = "", ""
-    head, sep, tail = line.partition(" Reason=")
-    if sep:
-        m = re.match(r"^(.*?)\s*\[([^\]@]*)@[^\]]*\]\s*$", tail)
-        reason, user = (m.group(1), m.group(2)) if m else (tail.strip(), "")
-    fields: dict[str, str] = {}
-    keys = list(_KEY.finditer(head))
-    for i, k in enumerate(keys):
-        end = keys[i + 1].start() if i + 1 < len(keys) else len(head)
-        fields[k.group(1)] = head[k.end():end].strip()
-    base, flags = split_state(_words(fields.get("State", "")))
-    return Node(name=fields.get("NodeName", ""), state=base, flags=flags, reason=reason,
-                reason_user=user, addr=fields.get("NodeAddr", ""))
+def node_from_sinfo(line: str) -> Node | None:
+    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
+    last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
+    parts = line.rstrip("\n").split("|", 4)
+    if len(parts) != 5:
+        return None
+    name, state, user, addr, reason = (p.strip() for p in parts)
+    if reason == "none" and user == "Unknown":
+        reason, user = "", ""
+    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
+    base, flags = split_state([w for w in words if w])
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
 
 
 def _version_key(search: str) -> dict[str, Any] | None:

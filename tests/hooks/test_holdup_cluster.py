@@ -12,7 +12,7 @@ import pytest
 
 from resilient_slurm.sandbox.cluster import read_meta
 
-from .test_hooks_cluster import events, run_health_as_slurm, submit
+from .test_hooks_cluster import events, fault, restore, run_health_as_slurm, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -49,8 +49,9 @@ def _rpc_counts() -> dict[str, int]:
 
 
 def test_hooks_make_no_node_table_rpcs(sandbox, slurm, tmp_path, monkeypatch) -> None:
-    """Item 5: healthy health runs, prologs and epilogs: zero full node-table RPCs (and, on
-    healthy nodes, no single-node query either)."""
+    """Item 5: healthy health runs, prologs and epilogs: zero full node-table RPCs and, on
+    healthy nodes, no single-node query either; a node that must be drained asks about
+    itself only (REQUEST_NODE_INFO_SINGLE)."""
     monkeypatch.setenv("SLURM_CONF", sandbox.conf)
     subprocess.run(["sdiag", "--reset"], check=True, capture_output=True, timeout=30)
     jid = submit(slurm, sandbox, tmp_path, "hostname", "-N2")
@@ -65,3 +66,11 @@ def test_hooks_make_no_node_table_rpcs(sandbox, slurm, tmp_path, monkeypatch) ->
     assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
     assert counts.get("REQUEST_NODE_INFO_SINGLE", 0) == 0, counts
     assert counts.get("REQUEST_SUBMIT_BATCH_JOB", 0) >= 1, counts  # sdiag did count
+    fault(sandbox, "node3", "xid79")
+    try:
+        assert run_health_as_slurm(sandbox, "node3").returncode == 1
+        counts = _rpc_counts()
+        assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
+        assert counts.get("REQUEST_NODE_INFO_SINGLE", 0) >= 1, counts
+    finally:
+        restore(sandbox, slurm, "node3")
