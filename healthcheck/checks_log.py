@@ -58,12 +58,19 @@ def _in_boot_window(ev: LogEvent, read: LogRead, window: float) -> bool:
     return ts is not None and ts <= window
 
 
+def nonfatal(text: str) -> bool:
+    """An NVLink5 Xid line whose severity word (after the unit) says Nonfatal."""
+    words = text.split()
+    return len(words) >= 2 and words[1].lower() in ("nonfatal", "non-fatal")
+
+
 def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
     check = "xid"
     if read.error:
         return _unreadable(check, read)
     groups: dict[tuple[str, int], list[tuple[LogEvent, str]]] = defaultdict(list)
     ignored: list[str] = []
+    warned: list[Result] = []
     garbled = [ev for ev in read.events if ev.kind == "garbled_xid"]
     for ev in read.events:
         if ev.kind != "xid" or ev.code is None:
@@ -75,12 +82,20 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
             ignored.append(f"Xid {ev.code} on {dev} (boot noise)")
             continue
         action = action_for_154(ev.text) if ev.code == 154 else None
-        action = action or policy.rule(ev.code).action
+        rule = policy.rule(ev.code)
+        action = action or rule.action
+        if rule.severity_in_text and nonfatal(ev.text):
+            # NVLink5: "145, RLW_REMAP Nonfatal XC0 ...": the driver recovered; warn only.
+            warned.append(Result(check, WARN, f"XID{ev.code}", f"non-fatal Xid {ev.code} on "
+                                 f"{dev}: {ev.text[:100]}", f"{dev} PCI:{ev.pci} {ev.text[:200]}"
+                                 f" [policy {gen or 'unknown generation'}: {rule.source}]",
+                                 device=dev))
+            continue
         if action == "ignore":
             ignored.append(f"Xid {ev.code} on {dev}")
             continue
         groups[(dev, ev.code)].append((ev, action))
-    out = _gap(check, read)
+    out = _gap(check, read) + warned
     if garbled:
         out.append(Result(check, UNKNOWN, "XID_UNPARSEABLE", f"{len(garbled)} Xid line(s) that "
                           "cannot be parsed", " | ".join(ev.text for ev in garbled[:3])))

@@ -1,9 +1,10 @@
 """Xid policy as data: per-generation maps from Xid to action, with boot-noise lists.
 
-Shipped maps live in ``healthcheck/policy/<generation>.toml`` (one entry per Xid, each with
-its catalog source); the site's ``[health.xid_overrides.<generation>]`` and
-``[health.boot_noise]`` change them. Fail closed: an Xid missing from the map, or any Xid on a
-GPU whose generation is unknown, gets action ``drain``.
+Shipped maps: one base table ``healthcheck/policy/base.toml`` (one entry per Xid, each with its
+catalog source) and per generation only the differences (``<generation>.toml``); the site's
+``[health.xid_overrides.<generation>]`` and ``[health.boot_noise]`` change them. Fail closed:
+an Xid missing from the map, or any Xid on a GPU whose generation is unknown, gets action
+``drain`` (without a hold: ``XidRule.mapped`` is False).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class XidRule:
     meaning: str
     source: str
     mapped: bool = True  # False: not in the policy (fails closed, but never holds)
+    severity_in_text: bool = False  # the line says Fatal / Nonfatal after the code (NVLink5)
 
 
 @dataclass
@@ -70,17 +72,27 @@ class XidPolicy:
         return found
 
 
-@functools.lru_cache(maxsize=8)
-def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
-    path = os.path.join(POLICY_DIR, f"{generation}.toml")
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+def _rules(path: str, data: dict) -> dict[int, XidRule]:  # type: ignore[type-arg]
     rules = {}
     for key, entry in data.get("xid", {}).items():
         action = entry["action"]
         if action not in ACTION_RANK:
             raise ValueError(f"{path}: Xid {key}: bad action {action!r}")
-        rules[int(key)] = XidRule(action, entry.get("meaning", ""), entry["source"])
+        rules[int(key)] = XidRule(action, entry.get("meaning", ""), entry["source"],
+                                  severity_in_text=bool(entry.get("severity_in_text", False)))
+    return rules
+
+
+@functools.lru_cache(maxsize=8)
+def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
+    """``base.toml`` with ``<generation>.toml``'s differences on top, and its boot noise."""
+    base_path = os.path.join(POLICY_DIR, "base.toml")
+    with open(base_path, "rb") as fh:
+        rules = _rules(base_path, tomllib.load(fh))
+    path = os.path.join(POLICY_DIR, f"{generation}.toml")
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    rules.update(_rules(path, data))
     noise = frozenset(int(c) for c in data.get("boot_noise", {}).get("codes", []))
     return rules, noise
 

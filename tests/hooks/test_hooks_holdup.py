@@ -385,3 +385,26 @@ def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
         assert done.returncode == 0, done.stderr
     finally:
         assert health.wait(timeout=60) == 0
+
+
+# -- item 10: policies ----------------------------------------------------------------------
+
+def test_catalog_rows_and_nvlink5_severity_from_the_line():
+    from resilient_slurm.config import HealthConfig
+    from resilient_slurm.healthcheck.policy import load_policy
+
+    cfg = HealthConfig()
+    for gen in ("ampere", "ada", "hopper", "blackwell"):
+        p = load_policy(gen, cfg)
+        assert "training" in p.rule(136).meaning.lower()  # ALI_TRAINING_FAIL, not "(AWS table)"
+        assert "initialization" in p.rule(143).meaning.lower()  # GPU_INIT_ERROR
+        assert p.rule(74).action == "drain"
+    ctx = cl.LogContext(cfg, lambda g: load_policy(g, cfg), {"0000:04:00": (0, "blackwell")},
+                        "blackwell")
+    line = "NVRM: Xid (PCI:0000:04:00): 145, RLW_REMAP {} XC0 i0 Link 00 (0x00000004 0x0)"
+    (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
+        kernlog.LogRecord(0, None, line.format("Nonfatal"))]), ctx)
+    assert (r.status, r.hold) == ("warn", False)
+    (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
+        kernlog.LogRecord(0, None, line.format("Fatal"))]), ctx)
+    assert (r.status, r.action, r.hold) == ("fail", "drain", True)
