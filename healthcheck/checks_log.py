@@ -16,6 +16,7 @@ from resilient_slurm.config import HealthConfig
 from .kernlog import LogEvent, LogRead
 from .model import FAIL, OK, UNKNOWN, WARN, Result
 from .policy import XidPolicy, action_for_154, efa_rule_for, worst_action
+from .registry import EVERY_SET, declare
 
 
 @dataclass
@@ -64,6 +65,7 @@ def nonfatal(text: str) -> bool:
     return len(words) >= 2 and words[1].lower() in ("nonfatal", "non-fatal")
 
 
+@declare("xid", "kernlog", EVERY_SET, context="log")
 def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
     check = "xid"
     if read.error:
@@ -133,6 +135,7 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
     return out
 
 
+@declare("sxid", "kernlog", EVERY_SET, context="log")
 def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
     check = "sxid"
     if read.error:
@@ -156,6 +159,7 @@ def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
     return out or [Result(check, OK, "OK", "no new NVSwitch SXids")]
 
 
+@declare("efa_driver", "kernlog", EVERY_SET, context="log")
 def evaluate_efa_driver(read: LogRead, ctx: LogContext) -> list[Result]:
     check = "efa_driver"
     if read.error:

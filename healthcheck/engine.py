@@ -24,7 +24,7 @@ from resilient_slurm.config import Config, ConfigError
 
 from . import checks_gpu as cg
 from . import checks_log as cl
-from . import checks_net as cn
+from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
 from . import tools
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
 from .kernlog import (
@@ -39,31 +39,17 @@ from .kernlog import (
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
 from .profiles import Selection, select_profile
+from .registry import REGISTRY, SET_NAMES, RunContext
 from .simulate import Scenario, default_node, resolve_scenario
 from .sysfs import nvidia_pci_devices, read_rdma
 from .xid_history import AppXidHistory
 
-# check -> (gatherer, NVML fields it needs)
+# Derived from the declarations beside each evaluator (registry.declare): check -> (gatherer,
+# NVML fields it needs), and the checks of each set in declaration order.
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gpu_count": ("nvml", ()), "ecc": ("nvml", ("ecc",)),
-    "row_remap": ("nvml", ("remapped_rows",)), "retired_pages": ("nvml", ("retired_pages",)),
-    "clocks": ("nvml", ("clock_reasons",)), "temperature": ("nvml", ("temperature",)),
-    "nvlink": ("nvml", ("nvlink",)), "pcie": ("nvml", ("pcie", "clock_reasons")),
-    "fabric": ("nvml", ("fabric",)), "recovery_action": ("nvml", ("recovery_action",)),
-    "gpu_procs": ("nvml", ("processes",)), "gpu_memory": ("nvml", ("memory",)),
-    "xid": ("kernlog", ()), "sxid": ("kernlog", ()), "efa_driver": ("kernlog", ()),
-    "efa": ("rdma", ()), "infiniband": ("rdma", ()), "fi_info": ("fi_info", ()),
-    "dcgm_diag": ("dcgm_diag", ()), "dcgm_health": ("dcgm_health", ()),
-    "storage": ("storage", ()),
-}
-_CORE = ["gpu_count", "ecc", "row_remap", "recovery_action", "xid", "sxid", "efa_driver"]
+    d.name: (d.source, d.fields) for d in REGISTRY.values()}
 CHECK_SETS: dict[str, list[str]] = {
-    # No diagnostic in the prolog: even `dcgmi diag -r 1` may not finish in its budget.
-    "prolog": _CORE + ["fabric", "nvlink", "efa", "infiniband", "storage"],
-    "periodic": _CORE + ["retired_pages", "clocks", "temperature", "nvlink", "pcie", "fabric",
-                         "efa", "infiniband", "fi_info", "dcgm_health", "storage"],
-    "epilog": _CORE + ["gpu_procs", "gpu_memory"],
-}
+    s: [d.name for d in REGISTRY.values() if s in d.sets] for s in SET_NAMES}
 WATCHDOG_MARGIN_S = 0.3  # evaluation and output after the deadline
 TOOL_MARGIN_S = 0.25  # a tool's kill lands this long before the gather deadline
 
@@ -298,31 +284,7 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
     lctx = cl.LogContext(cfg, policy_for, pci, default_gen)
     if history is not None:
         lctx.app_history = history.recent(cfg.xid_repeat_window_s)
-    evaluators: dict[str, Callable[[Any], list[Result]]] = {
-        "gpu_count": lambda s: cg.evaluate_gpu_count(s, gctx),
-        "ecc": lambda s: cg.evaluate_ecc(s, gctx),
-        "row_remap": lambda s: cg.evaluate_row_remap(s, gctx),
-        "retired_pages": lambda s: cg.evaluate_retired_pages(s, gctx),
-        "clocks": lambda s: cg.evaluate_clocks(s, gctx),
-        "temperature": lambda s: cg.evaluate_temperature(s, gctx),
-        "nvlink": lambda s: cg.evaluate_nvlink(s, gctx),
-        "pcie": lambda s: cg.evaluate_pcie(s, gctx),
-        "fabric": lambda s: cg.evaluate_fabric(s, gctx),
-        "recovery_action": lambda s: cg.evaluate_recovery_action(s, gctx),
-        "gpu_procs": lambda s: cg.evaluate_gpu_procs(s, gctx),
-        "gpu_memory": lambda s: cg.evaluate_gpu_memory(s, gctx),
-        "xid": lambda r: cl.evaluate_xid(r, lctx),
-        "sxid": lambda r: cl.evaluate_sxid(r, lctx),
-        "efa_driver": lambda r: cl.evaluate_efa_driver(r, lctx),
-        "efa": lambda inv: cn.evaluate_efa(inv, prof),
-        "infiniband": lambda inv: cn.evaluate_infiniband(inv, prof),
-        "fi_info": lambda o: tools.evaluate_fi_info(o, prof.require_fi_info or prof.efa > 0),
-        "dcgm_diag": lambda o: tools.evaluate_dcgm_diag(o, cfg.dcgm_diag_level,
-                                                        prof.require_dcgm),
-        "dcgm_health": lambda o: tools.evaluate_dcgm_health(o[0], prof.require_dcgm, o[1]),
-        "storage": lambda outs: [r for p, o in outs for r in tools.evaluate_storage(p, o)]
-        or [Result("storage", OK, "SKIPPED", "no storage paths configured")],
-    }
+    contexts = {"gpu": gctx, "log": lctx, "profile": prof, "run": RunContext(cfg, prof)}
     results: list[Result] = []
     for name in names:
         source = CHECKS[name][0]
@@ -335,7 +297,8 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
             try:
                 if isinstance(value, Exception):
                     raise value
-                found = evaluators[name](value)
+                decl = REGISTRY[name]
+                found = decl.evaluate(value, contexts[decl.context])
             except Exception as exc:  # noqa: BLE001 - a check that crashes fails closed
                 found = [Result(name, UNKNOWN, "CHECK_ERROR", f"{name} could not evaluate: "
                                 f"{type(exc).__name__}: {exc}"[:300], source)]
