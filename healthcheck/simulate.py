@@ -273,10 +273,12 @@ def install_scenario(node_dir: str, scenario: str) -> str:
             except ConfigError:
                 old_boot = None
         added = "".join(str(x) + "\n" for x in new.get("kernel_log", {}).get("lines", []))
+        # Root-only, like dmesg with kernel.dmesg_restrict=1 (the scenario carries log lines).
         if old_boot == new_boot:  # append (bytes as they are: a log need not be UTF-8)
             with open(log, "ab") as fh:
                 fh.write(added.encode())
+            os.chmod(log, 0o600)
         else:
-            fsutil.atomic_write(log, added)
-        fsutil.atomic_write(target, text)
+            fsutil.atomic_write(log, added, mode=0o600)
+        fsutil.atomic_write(target, text, mode=0o600)
     return target
