@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from resilient_slurm.events import read_events
 from resilient_slurm.sandbox import lifecycle
 from resilient_slurm.slurm import connect
 
@@ -41,17 +42,20 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--jobs", type=int, default=8, help="short jobs submitted per minute")
+    ap.add_argument("--timing", default="production", choices=["fast", "production"])
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rs-bench-rpc-")
     os.chmod(root, 0o755)
     try:
-        paths = lifecycle.up(root, nodes=args.nodes, timeout=180)
+        paths = lifecycle.up(root, nodes=args.nodes, timeout=240, timing=args.timing)
+        interval = lifecycle.sandbox_timing(root).health_interval
         env = {**os.environ, "SLURM_CONF": paths.conf}
         slurm = connect(conf=paths.conf, backend="cli", timeout=30)
         script = os.path.join(root, "job.sh")
         with open(script, "w") as fh:
             fh.write("#!/bin/sh\nsleep 2\n")
         subprocess.run(["sdiag", "--reset"], env=env, check=True, capture_output=True)
+        t0 = time.time()
         start = time.monotonic()
         submitted, next_batch = 0, start
         while time.monotonic() - start < args.seconds:
@@ -63,10 +67,15 @@ def main() -> int:
             time.sleep(1.0)
         counts = rpc_counts(paths.conf)
         elapsed = time.monotonic() - start
-        intervals = elapsed / lifecycle.HEALTH_INTERVAL
+        intervals = elapsed / interval
         per_node = counts.get("REQUEST_NODE_INFO_SINGLE", 0) / (args.nodes * intervals)
-        print(f"sandbox: {args.nodes} nodes, HealthCheckInterval={lifecycle.HEALTH_INTERVAL}s, "
-              f"{elapsed:.0f}s measured, {submitted} jobs submitted")
+        runs: dict[str, int] = {}
+        for e in read_events(paths.p("log", "events.jsonl")):
+            if e.get("kind") == "verdict" and float(e.get("ts", 0)) >= t0:
+                runs[str(e.get("source"))] = runs.get(str(e.get("source")), 0) + 1
+        print(f"sandbox: {args.nodes} nodes, {args.timing} timing, HealthCheckInterval="
+              f"{interval}s, {elapsed:.0f}s measured, {submitted} jobs submitted")
+        print("hook runs in the window: " + ", ".join(f"{k} {v}" for k, v in sorted(runs.items())))
         for name in COUNTED:
             print(f"  {name:<28} {counts.get(name, 0)}")
         print(f"full node-table RPCs: {counts.get('REQUEST_NODE_INFO', 0)} (target 0)")
