@@ -24,7 +24,7 @@ SHIMS = {
 
 SKELETON = """\
 # resilient-slurm configuration (read by the prolog, epilog and HealthCheckProgram as root).
-# Precedence: defaults < this file < RESILIENT_SLURM_<SECTION>_<KEY> environment < flags.
+# The root hooks read this file only (no environment); it must stay root-owned, mode 0644.
 
 [hooks]
 owner_prefix = "rhc:"          # every drain reason we write starts with it; we resume only those
@@ -34,6 +34,8 @@ slurm_conf = "{slurm_conf}"    # the HealthCheckProgram gets no SLURM_CONF: say 
 slurm_bin_dir = "/usr/bin:/usr/local/bin:/opt/slurm/bin"
 events_file = "/var/log/resilient-slurm/events.jsonl"
 metrics_file = ""              # e.g. /var/lib/node_exporter/textfile/resilient.prom
+verdict_file = "/var/lib/resilient-slurm/verdicts/{{node}}.json"  # read by jobs (world-readable)
+prolog_epilog_timeout_s = 120  # = slurm.conf PrologEpilogTimeout: budgets must fit it
 prolog_budget_s = 20
 epilog_budget_s = 45
 health_budget_s = 30
@@ -43,6 +45,7 @@ epilog_diag_on_failure = false # dcgmi diag -r 2 after a failed job (needs Prolo
 state_dir = "/var/lib/resilient-slurm"
 watchdog_s = 45
 # profile = "p5.48xlarge"      # expected hardware; or match node names per profile
+# allow_unmatched_profile = false  # true: a node no profile matches passes with a warning
 # storage_paths = ["/fsx/checkpoints"]
 """
 

@@ -408,3 +408,18 @@ def test_catalog_rows_and_nvlink5_severity_from_the_line():
     (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
         kernlog.LogRecord(0, None, line.format("Fatal"))]), ctx)
     assert (r.status, r.action, r.hold) == ("fail", "drain", True)
+
+
+def test_health_program_yields_to_a_starting_job(tmp_path):
+    """While a prolog runs (it holds job-start.lock shared), a health run exits 0 at once."""
+    from resilient_slurm import fsutil
+    from resilient_slurm.events import read_events
+
+    config = hook_config(tmp_path)
+    hooks_dir = tmp_path / "root" / "nodes" / "n1" / "hooks"
+    run_hook("health", config)  # creates the state directory
+    with fsutil.locked(str(hooks_dir / "job-start.lock"), timeout=1, shared=True):
+        done = run_hook("health", config)
+    assert done.returncode == 0, done.stderr
+    kinds = [e["kind"] for e in read_events(str(tmp_path / "root" / "events.jsonl"))]
+    assert kinds[-1] == "health_yielded"
