@@ -24,6 +24,12 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
         hk = runner.hooks_cfg(config)
         path = job_file(config, ctx)
         saved = None
+        if path is not None:
+            try:
+                fsutil.private_dir(os.path.dirname(path))  # never through a planted symlink
+            except OSError as exc:
+                runner.warn("epilog", "job files", exc)
+                path = None  # neither trusted nor removed
         try:
             saved = fsutil.read_json(path, default=None, nofollow=True) if path else None
         except (OSError, ValueError) as exc:

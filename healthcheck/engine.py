@@ -211,6 +211,7 @@ def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report:
     wait = max(0.1, min(5.0, 0.25 * (deadline - time.monotonic())))
     try:
         with contextlib.ExitStack() as stack:
+            fsutil.private_dir(os.path.dirname(store.path))  # never through a planted symlink
             stack.enter_context(fsutil.locked(store.path + ".lock", timeout=wait))
             store.save(read.position)
             history.save()

@@ -8,6 +8,7 @@ The kernel-log position at job start is saved for the epilog.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -48,6 +49,7 @@ def _save_position(config: Config, ctx: HookContext, report: Report) -> None:
 
     try:
         position = report.kernel_position or kernlog.current_position(config)
+        fsutil.private_dir(os.path.dirname(path))  # never through a planted symlink
         fsutil.atomic_write_json(path, {"job": ctx.job_id, "kernel_position": position},
                                  mode=0o600)
     except OSError as exc:

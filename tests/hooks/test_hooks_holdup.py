@@ -423,3 +423,21 @@ def test_health_program_yields_to_a_starting_job(tmp_path):
     assert done.returncode == 0, done.stderr
     kinds = [e["kind"] for e in read_events(str(tmp_path / "root" / "events.jsonl"))]
     assert kinds[-1] == "health_yielded"
+
+
+def test_symlink_planted_in_the_state_dir_is_not_followed(tmp_path):
+    """Root must not write a job file (or anything) through a symlink planted in its state."""
+    config = hook_config(tmp_path)
+    assert run_hook("health", config).returncode == 0  # creates the state directory
+    target = tmp_path / "planted"
+    target.mkdir()
+    jobs = tmp_path / "root" / "nodes" / "n1" / "hooks" / "jobs"
+    if jobs.exists():
+        jobs.rmdir()
+    os.symlink(target, jobs)
+    done = run_hook("prolog", config)
+    assert os.listdir(target) == [], "root wrote through the planted symlink"
+    assert done.returncode == 0, done.stderr  # a job file is non-essential: warned
+    (target / "42.json").write_text("{}")
+    assert run_hook("epilog", config).returncode == 0
+    assert os.listdir(target) == ["42.json"], "root removed a file through the symlink"
