@@ -1,7 +1,8 @@
 """The Slurm CLI backend: ``scontrol``/``sinfo``/``squeue``/``sbatch`` with argv lists and timeouts.
 
-Works against Slurm 22.05 and newer. Node state comes from JSON (``scontrol --json show nodes``
-where the installed Slurm has it, else ``sinfo --json``); job detail from ``scontrol -o show
+Works against Slurm 22.05 and newer. The node table comes from JSON (``scontrol --json show
+nodes`` where the installed Slurm has it, else ``sinfo --json``); one node from ``sinfo -n NODE``
+(a single-node RPC, what the hooks use); job detail from ``scontrol -o show
 job`` (one line per job, same on every version). Every failure raises ``SlurmError`` carrying
 Slurm's message: a dead controller, an unknown node or job, or a command that hangs.
 """
