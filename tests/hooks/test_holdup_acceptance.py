@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from resilient_slurm.events import read_events
 from resilient_slurm.sandbox import lifecycle
 from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.slurm import connect
@@ -61,6 +62,7 @@ def test_stalled_controller_drains_nothing_healthy_and_loses_no_job(big_prod_san
     healthy = [f"node{i}" for i in range(1, NODES + 1) if f"node{i}" not in BROKEN]
     with lifecycle.controller_stall(paths.root, STALL_S, wait=False) as stall:
         # Prologs of the jobs just allocated, and a health run on every node, while stalled.
+        stalled_at = time.time()
         start = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             codes = dict(zip(healthy, pool.map(lambda n: health_as_slurmd(paths, n), healthy),
@@ -89,3 +91,7 @@ def test_stalled_controller_drains_nothing_healthy_and_loses_no_job(big_prod_san
            if (n.drain or n.state == "DOWN") and n.name not in BROKEN}
     assert bad == {}, bad
     assert os.path.exists(paths.p("verdicts", "node1.json"))
+    prologs = [e for e in read_events(paths.p("log", "events.jsonl"))
+               if e.get("source") == "prolog" and e.get("kind") == "verdict"
+               and stalled_at <= e["ts"] <= stalled_at + STALL_S]
+    print(f"\n{len(prologs)} prolog(s) finished while the controller was stalled")
