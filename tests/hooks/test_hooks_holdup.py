@@ -412,13 +412,15 @@ def test_catalog_rows_and_nvlink5_severity_from_the_line():
 
 def test_health_program_yields_to_a_starting_job(tmp_path):
     """While a prolog runs (it holds job-start.lock shared), a health run exits 0 at once."""
-    from resilient_slurm import fsutil
+    import fcntl
+
     from resilient_slurm.events import read_events
 
     config = hook_config(tmp_path)
     hooks_dir = tmp_path / "root" / "nodes" / "n1" / "hooks"
-    run_hook("health", config)  # creates the state directory
-    with fsutil.locked(str(hooks_dir / "job-start.lock"), timeout=1, shared=True):
+    hooks_dir.mkdir(mode=0o700)
+    with open(hooks_dir / "job-start.lock", "w") as lock:  # as a running prolog holds it
+        fcntl.flock(lock, fcntl.LOCK_SH)
         done = run_hook("health", config)
     assert done.returncode == 0, done.stderr
     kinds = [e["kind"] for e in read_events(str(tmp_path / "root" / "events.jsonl"))]
@@ -428,7 +430,8 @@ def test_health_program_yields_to_a_starting_job(tmp_path):
 def test_symlink_planted_in_the_state_dir_is_not_followed(tmp_path):
     """Root must not write a job file (or anything) through a symlink planted in its state."""
     config = hook_config(tmp_path)
-    assert run_hook("health", config).returncode == 0  # creates the state directory
+    hooks_dir = tmp_path / "root" / "nodes" / "n1" / "hooks"
+    hooks_dir.mkdir(mode=0o700)
     target = tmp_path / "planted"
     target.mkdir()
     jobs = tmp_path / "root" / "nodes" / "n1" / "hooks" / "jobs"
