@@ -1,0 +1,198 @@
+"""Straggler verdict: a node that computes slower than its peers, step after step.
+
+Pure functions over the training's ``step_timing`` events (``training/steptime.py``): each
+sample gives, for a window of steps, every node's compute seconds per step (its slowest
+rank's, collective waits excluded) and wait seconds per step.
+
+``judge`` takes the newest samples covering at least ``window`` steps. For each sample, a
+node's ratio is its compute divided by the median compute of the *other* nodes (so two nodes
+suffice, and a straggler does not raise its own reference). A node is a straggler when
+
+* the median of its per-sample ratios is >= ``factor`` (one noisy sample cannot make it, nor
+  hide it: robust to one-off noise), and
+* its compute summed over the window, divided by the others' median sum, is >= ``factor``.
+
+No verdict when fewer than ``window`` steps are covered, fewer than two nodes report, or more
+than ``max_share`` of the nodes would be blamed at once (a slowdown most nodes share is the
+job's, or the machine's, not a node's). A node missing from any sample of the window is not
+judged (it was not there the whole time).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+POLICIES = ("exclude", "requeue", "warn")
+DEFAULT_FACTOR = 1.3
+DEFAULT_WINDOW = 50
+DEFAULT_MAX_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One ``step_timing`` event: ``steps`` steps ending at ``step``."""
+
+    step: int
+    steps: int
+    compute: Mapping[str, float]  # node -> compute seconds per step
+    wait: Mapping[str, float]  # node -> collective-wait seconds per step
+
+
+@dataclass(frozen=True)
+class Settings:
+    factor: float = DEFAULT_FACTOR
+    window: int = DEFAULT_WINDOW
+    max_share: float = DEFAULT_MAX_SHARE
+    policy: str = "exclude"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and self.factor > 1.0):
+            raise ValueError(f"straggler factor must be a number > 1, got {self.factor}")
+        if self.window < 1:
+            raise ValueError(f"straggler window must be >= 1 step, got {self.window}")
+        if not 0.0 < self.max_share < 1.0:
+            raise ValueError(f"straggler max share must be in (0, 1), got {self.max_share}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"--on-straggler must be one of {', '.join(POLICIES)}, "
+                             f"got {self.policy!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    ratio: float  # median of the per-sample ratios
+    steps: int  # steps the window covered
+    first_step: int
+    last_step: int
+    compute_s: float  # the node's mean compute per step over the window
+    median_s: float  # the other nodes' median compute per step over the window
+    wait_s: float
+    median_wait_s: float
+
+    @property
+    def evidence(self) -> str:
+        return (f"slow: {self.ratio:.1f}x median over {self.steps} steps "
+                f"(steps {self.first_step}-{self.last_step}: compute "
+                f"{self.compute_s * 1e3:.0f} ms/step vs median {self.median_s * 1e3:.0f}; waits "
+                f"{self.wait_s * 1e3:.0f} ms/step vs median {self.median_wait_s * 1e3:.0f})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "ratio": round(self.ratio, 3), "steps": self.steps,
+                "first_step": self.first_step, "last_step": self.last_step,
+                "compute_s": round(self.compute_s, 6), "median_s": round(self.median_s, 6),
+                "wait_s": round(self.wait_s, 6), "median_wait_s": round(self.median_wait_s, 6),
+                "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdicts: tuple[Verdict, ...] = ()
+    ratios: Mapping[str, float] | None = None  # node -> median ratio (None: not judged)
+    steps: int = 0
+    note: str = ""  # why there is no verdict, when there is none
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted(v.node for v in self.verdicts)
+
+    @property
+    def highest(self) -> float:
+        return max(self.ratios.values(), default=0.0) if self.ratios else 0.0
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def parse_event(ev: Mapping[str, Any]) -> Sample | None:
+    """A ``step_timing`` event as a Sample; None for another kind or a malformed one."""
+    if ev.get("kind") != "step_timing":
+        return None
+    step, steps, nodes = ev.get("step"), ev.get("steps"), ev.get("nodes")
+    if not (isinstance(step, int) and isinstance(steps, int) and steps >= 1 and step >= steps
+            and isinstance(nodes, dict) and nodes):
+        return None
+    compute: dict[str, float] = {}
+    wait: dict[str, float] = {}
+    for node, rec in nodes.items():
+        if not isinstance(rec, dict):
+            return None
+        c, w = _seconds(rec.get("compute_s")), _seconds(rec.get("wait_s"))
+        if c is None or w is None:
+            return None
+        compute[str(node)], wait[str(node)] = c, w
+    return Sample(step, steps, compute, wait)
+
+
+def samples(events: Iterable[Mapping[str, Any]]) -> list[Sample]:
+    return [s for s in (parse_event(e) for e in events) if s is not None]
+
+
+def window_of(history: Sequence[Sample], window: int) -> list[Sample]:
+    """The newest samples covering at least ``window`` steps (all of them if fewer);
+    a sample that does not follow the previous one (a restart replayed steps) starts afresh."""
+    out: list[Sample] = []
+    covered = 0
+    for s in reversed(history):
+        if out and s.step > out[-1].step - out[-1].steps:  # overlaps the newer one: a replay
+            break
+        out.append(s)
+        covered += s.steps
+        if covered >= window:
+            break
+    return out[::-1]
+
+
+def _others_median(values: Mapping[str, float], node: str) -> float:
+    return statistics.median(v for k, v in values.items() if k != node)
+
+
+def judge(history: Sequence[Sample], settings: Settings) -> Judgement:
+    """Which nodes are stragglers over the newest ``settings.window`` steps. Pure."""
+    win = window_of(history, settings.window)
+    covered = sum(s.steps for s in win)
+    if covered < settings.window:
+        return Judgement(steps=covered, note=f"{covered} of {settings.window} steps seen")
+    common = set(win[0].compute)
+    for s in win[1:]:
+        common &= set(s.compute)
+    if len(common) < 2:
+        return Judgement(steps=covered, note="fewer than two nodes reported the whole window")
+    ratios: dict[str, float] = {}
+    totals = {n: sum(s.compute[n] * s.steps for s in win) for n in common}
+    waits = {n: sum(s.wait[n] * s.steps for s in win) for n in common}
+    found: list[Verdict] = []
+    for node in sorted(common):
+        per_sample = []
+        for s in win:
+            ref = _others_median({n: s.compute[n] for n in common}, node)
+            per_sample.append(s.compute[node] / ref if ref > 0 else math.inf)
+        ratio = statistics.median(per_sample)
+        ratios[node] = ratio
+        ref_total = _others_median(totals, node)
+        total_ratio = totals[node] / ref_total if ref_total > 0 else math.inf
+        if ratio >= settings.factor and total_ratio >= settings.factor:
+            found.append(Verdict(node, ratio, covered, win[0].step - win[0].steps + 1,
+                                 win[-1].step, totals[node] / covered, ref_total / covered,
+                                 waits[node] / covered, _others_median(waits, node) / covered))
+    if len(found) > settings.max_share * len(common):
+        return Judgement(ratios=ratios, steps=covered,
+                         note=f"{len(found)} of {len(common)} nodes slow at once: a shared "
+                              "slowdown, no node blamed")
+    return Judgement(tuple(found), ratios, covered)
+
+
+def per_node_speed(history: Iterable[Sample]) -> dict[str, list[tuple[int, float]]]:
+    """node -> [(step, compute seconds per step)], for the report."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for s in history:
+        for node, c in s.compute.items():
+            out.setdefault(node, []).append((s.step, c))
+    return out
