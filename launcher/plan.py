@@ -27,7 +27,6 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
     "ignore_missing_cfg": ("--ignore-missing-fault-tol-cfg",),
     "term_timeout": ("--term-timeout",),
     "workers_stop_timeout": ("--workers-stop-timeout",),
-    "monitor_interval": ("--monitor-interval",),
     "workload_check_interval": ("--ft-workload-check-interval",
                                 "--ft-param-workload_check_interval"),
     "restart_check_interval": ("--ft-restart-check-interval",
@@ -73,13 +72,15 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Features:
-    """The options the installed ``ft_launcher`` accepts."""
+    """The options the installed ``ft_launcher`` accepts (less those it calls deprecated)."""
 
     flags: frozenset[str]
     version: str = ""
+    deprecated: frozenset[str] = frozenset()
 
     def flag(self, name: str) -> str | None:
-        return next((f for f in FT_FLAGS[name] if f in self.flags), None)
+        return next((f for f in FT_FLAGS[name] if f in self.flags and f not in self.deprecated),
+                    None)
 
 
 def parse_help(text: str) -> frozenset[str]:
@@ -87,9 +88,21 @@ def parse_help(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", text))
 
 
+# NVRx warns "Argument --X is deprecated ..." for each deprecated flag on its command line,
+# before argparse handles --help: one ``--help`` run with every spelling we might pass names them.
+DEPRECATED_LINE = re.compile(r"Argument (--[\w-]+) is deprecated")
+
+
+def parse_deprecated(text: str) -> frozenset[str]:
+    """The flags an ``ft_launcher --help FLAG...`` run warned about as deprecated."""
+    return frozenset(DEPRECATED_LINE.findall(text))
+
+
 def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> Features:
-    """Run ``ft_launcher --help`` and read which flags this NVRx release has."""
-    out = proc.run([ft_launcher, "--help"], timeout=timeout)
+    """Run ``ft_launcher --help`` and read which flags this NVRx release has (and which of
+    the spellings we know it calls deprecated)."""
+    spellings = sorted({f for names in FT_FLAGS.values() for f in names})
+    out = proc.run([ft_launcher, "--help", *spellings], timeout=timeout)
     if not out.ok:
         raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
                         "install nvidia-resiliency-ext>=0.4.1")
@@ -100,7 +113,7 @@ def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> 
         version = _version("nvidia-resiliency-ext")
     except Exception:  # noqa: BLE001 - the version is informative only
         pass
-    return Features(parse_help(out.stdout + out.stderr), version)
+    return Features(parse_help(out.stdout), version, parse_deprecated(out.stderr))
 
 
 @dataclass
@@ -152,7 +165,7 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     add("ignore_missing_cfg")
     add("term_timeout", _num(opts.term_timeout))
     add("workers_stop_timeout", _num(opts.term_timeout))
-    add("monitor_interval", 1)
+    # No --monitor-interval: ft_launcher's own (0.1 s in 0.4.1) finds a dead rank soonest.
     add("workload_check_interval", 1)  # NVRx checks heartbeats every 5 s by default
     if log_dir:
         add("log_dir", log_dir)
