@@ -110,3 +110,73 @@ def test_requeue_refused_reports_error() -> None:
             raise SlurmError("Requested operation is disabled")
 
     assert "disabled" in requeue.requeue_excluding(Refusing(), 5, ["n3"], budget_s=0.3).error
+
+
+def test_teardown_kill_is_no_strike_but_never_started_is() -> None:
+    # n2 started, was asked to stop and was killed after KillWait (no exit record): slow to
+    # stop, not faulty. n3 never started: it never answered.
+    evs = [healthy("n1"), E("n2", "ALLOCATED", verdict="ok", started=True, signalled=True),
+           E("n3", "ALLOCATED", verdict="ok", started=False), healthy("n4")]
+    d = blame.decide(evs, {})
+    assert list(d.strikes) == ["n3"] and not d.blamed
+
+
+def test_a_cycle_never_blames_most_nodes() -> None:
+    # A storage blip: the hooks drained every node. A fault of the storage, not of the nodes.
+    evs = [E(f"n{i}", "ALLOCATED+DRAIN", "rhc:STORAGE /scratch", started=True) for i in range(4)]
+    d = blame.decide(evs, {}, max_share=0.5)
+    assert not d.blamed and not d.strikes and "shared fault" in d.shared_fault
+    two = blame.decide(evs[:2] + [healthy("n8"), healthy("n9")], {}, max_share=0.5)
+    assert two.nodes == ["n0", "n1"]
+    assert blame.decide([E("n1", "DOWN", started=True)], {}).nodes == ["n1"]  # at least one
+
+
+def test_ledger_belongs_to_one_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    led = ledger.load(str(tmp_path), 100)
+    led.exclude("n3", "xid")
+    led.strike("n2")
+    ledger.save(str(tmp_path), led)
+    assert ledger.load(str(tmp_path), 100).excluded == {"n3": "xid"}  # a requeue continues it
+    fresh = ledger.load(str(tmp_path), 200)  # a new job reusing the checkpoint dir
+    assert fresh == ledger.Ledger(job_id=200)
+    assert (tmp_path / "ledger.100.json").exists()
+
+
+def test_strikes_decay_with_progress_and_readmit() -> None:
+    led = ledger.Ledger()
+    led.strike("n1", 2)
+    led.strike("n2")
+    led.record_progress(10)
+    assert led.strikes == {"n1": 1}
+    led.record_progress(10)  # no progress: no decay
+    assert led.strikes == {"n1": 1}
+    led.exclude("n3", "xid", now=5.0)
+    led.readmit("n3")
+    assert led.usable(["n3"]) == ["n3"] and "n3" not in led.excluded_at
+
+
+def test_requeue_merges_the_users_exclusions() -> None:
+    class Excluding(FakeSlurm):
+        def job(self, job_id: int, timeout: float | None = None) -> Job:
+            return Job(job_id, "j", self.state, held=self.held, excluded=("n9",))
+
+    s = Excluding()
+    assert requeue.requeue_excluding(s, 5, ["n3"]) == requeue.Result()
+    assert ("exclude", ("n3", "n9")) in s.calls
+
+
+def test_requeue_releases_after_any_failure() -> None:
+    class Broken(FakeSlurm):
+        def job(self, job_id: int, timeout: float | None = None) -> Job:
+            if self.held:
+                raise KeyError("job_state")  # an unreadable record, not a SlurmError
+            return super().job(job_id)
+
+    s = Broken()
+    res = requeue.requeue_excluding(s, 5, ["n3"], budget_s=1.0)
+    assert ("release",) in s.calls and not s.held
+    assert "KeyError" in res.error
+
+
+def test_requeue_budget_fits_kill_wait() -> None:
+    assert requeue.budget_for(5) < 5 and requeue.budget_for(30) < 30
