@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
 import pytest
 
 from resilient_slurm.launcher import plan
-from resilient_slurm.launcher.node import parse_addrs, substitute
+from resilient_slurm.launcher.node import read_addrs, substitute
 
 HELP_041 = """usage: ft_launcher [-h] [--nnodes NNODES]
   --local-addr LOCAL_ADDR, --local_addr LOCAL_ADDR
@@ -84,7 +85,11 @@ def test_passthrough_wins_and_module() -> None:
 def test_rdzv_port_fresh_per_cycle_and_stable() -> None:
     a = plan.Allocation(job_id=7, nodes=("n1",), cluster="c")
     ports = {plan.rdzv_port(a, c) for c in range(1, 20)}
-    assert len(ports) >= 18 and all(20000 <= p < 50000 for p in ports)
+    # outside Linux's default ephemeral range 32768-60999 (where outgoing connections take
+    # their ports), in the larger free stretch around it
+    assert len(ports) >= 18 and all(10000 <= p < 32768 for p in ports)
+    high = {plan.rdzv_port(a, c, (10000, 30000)) for c in range(1, 20)}
+    assert all(30000 < p <= 65535 for p in high)
     assert plan.rdzv_port(a, 3) == plan.rdzv_port(a, 3)
     assert plan.rdzv_id(a, 2) == "rs-7-r0-c2"
 
@@ -98,14 +103,17 @@ def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=1" in argv
     assert "--nodelist=node1,node2" in argv and "--jobid=9" in argv
     assert cyc.endpoint.startswith("10.0.0.1:")
-    assert "--addrs=node1=10.0.0.1,node2=10.0.0.2" in argv
+    files = dict(cyc.files)
+    addrs_file = files and next(p for p in files if p.endswith("addrs.json"))
+    assert f"--addrs-file={addrs_file}" in argv
+    assert json.loads(files[addrs_file]) == {"node1": "10.0.0.1", "node2": "10.0.0.2"}
     assert argv.index("--") < argv.index("ft_launcher")
     with pytest.raises(plan.PlanError):
         plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041), [], {}, 1, "d")
 
 
 def test_node_shim_substitution() -> None:
-    assert parse_addrs("n1=1.2.3.4,n2=,bad") == {"n1": "1.2.3.4", "n2": ""}
+    assert read_addrs("/nonexistent/addrs.json") == {}
     cmd = ["ft", "--local-addr={local_addr}", "--log-dir=/x/{node}", "s.py"]
     assert substitute(cmd, "n1", "1.2.3.4") == ["ft", "--local-addr=1.2.3.4", "--log-dir=/x/n1",
                                                 "s.py"]
