@@ -20,6 +20,7 @@ from resilient_slurm.launcher.supervisor import (
     Settings,
     Supervisor,
 )
+from resilient_slurm.slurm import SlurmBackend
 
 EPILOG = """\b
 Exit codes:
@@ -39,8 +40,9 @@ batch host), else the job is requeued with the node in ExcNodeList.
 \b
 State (--state-dir): events.jsonl (every cycle, fault, hang detection, blame, exclusion,
 release, requeue, verdict; training events land there too via RESILIENT_EVENTS_FILE),
-ledger.json (strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node exit records,
-health sweep answers, torchelastic logs). Report: resilient-slurm report STATE_DIR.
+ledger.json (strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node start and exit
+records, published verdicts read on the nodes, torchelastic logs).
+Report: resilient-slurm report STATE_DIR.
 """
 
 
@@ -86,10 +88,15 @@ def _die(msg: str) -> None:
                    "new committed checkpoint.")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
-@click.option("--health-config", type=click.Path(dir_okay=False), default=None,
-              envvar="RESILIENT_HEALTH_CONFIG", help="Config for the per-node health sweep.")
+@click.option("--verdict-path", default="", envvar="RESILIENT_VERDICT_PATH",
+              help="The health verdicts the hooks publish, {node} per node (read on the "
+                   "node when not visible here) [default: none: blame from Slurm state, "
+                   "drains and the step's records].")
+@click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
+              show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
+                                      "shared fault (storage, network) and blames none.")
 @click.option("--health-timeout", type=click.FloatRange(min=1), default=30.0,
-              show_default=True, help="Seconds the health sweep may take.")
+              show_default=True, help="Seconds reading the published verdicts may take.")
 @click.option("--ft-arg", "ft_args", multiple=True, metavar="FLAG",
               help="Extra ft_launcher flag, passed through (repeat), e.g. "
                    "--ft-arg=--ft-restart-policy=min-healthy.")
@@ -104,7 +111,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          min_nodes: int | None, max_restarts: int, max_requeues: int, heartbeat_timeout: float,
          initial_heartbeat_timeout: float, term_timeout: float, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         health_config: str | None, health_timeout: float, ft_args: tuple[str, ...],
+         verdict_path: str, max_blame_share: float, health_timeout: float, ft_args: tuple[str, ...],
          srun_args: tuple[str, ...], ft_launcher: str, dry_run: bool) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
@@ -130,13 +137,11 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
         initial_heartbeat_timeout=initial_heartbeat_timeout, term_timeout=term_timeout,
         ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
-    sandbox = env.get("RESILIENT_SANDBOX_DIR")
-    if health_config is None and sandbox:
-        health_config = _sandbox_health_config(sdir, sandbox, write=not dry_run)
     cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
                    min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
-                   health_config=health_config, health_timeout=health_timeout)
+                   verdict_path=verdict_path, max_blame_share=max_blame_share,
+                   health_timeout=health_timeout)
     try:
         feats = plan.detect_features(ft_launcher)
     except plan.PlanError as exc:
@@ -158,22 +163,11 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     sys.exit(code)
 
 
-def _sandbox_health_config(state_dir: str, sandbox: str, write: bool = True) -> str:
-    """In the sandbox the sweep reads each node's simulated hardware."""
-    from resilient_slurm.fsutil import atomic_write
-
-    path = os.path.join(state_dir, "health.toml")
-    simulate = os.path.join(sandbox, "nodes", "{node}", "scenario.toml")
-    if write:
-        atomic_write(path, f'[health]\nsimulate = "{simulate}"\n')
-    return path
-
-
-def _print_plan(slurm: object, alloc: plan.Allocation, opts: plan.LaunchOptions,
+def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
                 feats: plan.Features, cfg: Settings) -> None:
     from resilient_slurm.launcher import evidence, ledger
 
-    led = ledger.load(cfg.state_dir)
+    led = ledger.load(cfg.state_dir)  # read only: a dry run writes nothing
     nodes = led.usable(list(alloc.nodes))
     addrs = evidence.node_addresses(slurm, list(alloc.nodes))
     cycle_dir = os.path.join(cfg.state_dir, "cycles", f"r{alloc.restart_count}-c{led.cycles + 1}")
@@ -193,9 +187,7 @@ def _print_plan(slurm: object, alloc: plan.Allocation, opts: plan.LaunchOptions,
     cyc = plan.plan_cycle(alloc, opts, feats, nodes, addrs, led.cycles + 1, cycle_dir)
     echo(f"cycle {cyc.number}: rendezvous {cyc.endpoint} id {cyc.rdzv_id}")
     echo(shlex.join(cyc.argv))
-    echo("health sweep after a failed cycle: " + shlex.join(evidence.health_argv(
-        list(alloc.nodes), os.path.join(cycle_dir, "health"), alloc.job_id, cfg.health_config,
-        cfg.health_timeout)))
+    echo(f"published health verdicts: {cfg.verdict_path or '-'}")
 
 
 if __name__ == "__main__":  # pragma: no cover
