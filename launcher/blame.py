@@ -6,8 +6,9 @@ hooks published for the node (HealthCheckProgram, epilog), our ``rhc:`` drains, 
 Slurm state, and the per-node start/exit records of this cycle's step. ``decide`` judges it:
 
 * **strong** evidence blames a node at once: a drain reason set by our health hooks (``rhc:``),
-  a node Slurm sees as DOWN / NOT_RESPONDING / FAIL, or a ``fail`` verdict the hooks published
-  during (or just before) the cycle;
+  a node Slurm sees as DOWN / NOT_RESPONDING / FAIL, a ``fail`` verdict the hooks published
+  during (or just before) the cycle, or a straggler verdict (``launcher/straggler.py``: slower
+  than the median by the set factor over the window; the launcher stopped the cycle for it);
 * **weak** evidence adds one strike to the node's ledger: a published ``unknown`` while most
   other nodes published a definite answer, a node whose launcher never started while others
   did ("never answered"), or a drain with another reason (``Prolog error``, ...). A node
@@ -44,6 +45,7 @@ class NodeEvidence:
     signalled: bool = False  # ... and was asked to stop (by us or by Slurm)
     exit_code: int | None = None  # the node's ft_launcher exit code; None: no record
     error_files: tuple[str, ...] = ()  # torchelastic error summaries (information only)
+    slow: str = ""  # the straggler verdict's evidence ("slow: 1.8x median over 50 steps ...")
 
     def as_dict(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items()
@@ -71,6 +73,8 @@ def strong_reasons(ev: NodeEvidence) -> list[str]:
         reasons.append(f"slurm state {ev.slurm_state}")
     if ev.verdict == FAIL:
         reasons.append("health verdict fail: " + (", ".join(ev.verdict_codes) or "no code"))
+    if ev.slow:
+        reasons.append(ev.slow)
     return reasons
 
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from resilient_slurm.launcher import plan
+from resilient_slurm.launcher import plan, straggler
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -34,6 +34,10 @@ Exit codes:
      SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
   1  internal error
 \b
+A straggler (a node computing --straggler-factor times slower than the median over
+--straggler-window steps, from the training's step_timing events) stops the cycle and
+is blamed like a faulty node (--on-straggler); it is not drained unless the hooks'
+published verdict finds a cause.
 A blamed node is left out of the next cycle; with enough survivors (--min-nodes) the
 job goes on in its allocation and the node is released back to Slurm (except the
 batch host), else the job is requeued with the node in ExcNodeList.
@@ -97,6 +101,18 @@ def _die(msg: str) -> None:
                                       "shared fault (storage, network) and blames none.")
 @click.option("--health-timeout", type=click.FloatRange(min=1), default=30.0,
               show_default=True, help="Seconds reading the published verdicts may take.")
+@click.option("--on-straggler", type=click.Choice(straggler.POLICIES), default="exclude",
+              show_default=True,
+              help="A node computing --straggler-factor times slower than the median over "
+                   "--straggler-window steps (from the training's step_timing events): "
+                   "exclude (elastic relaunch without it when --min-nodes allows, else "
+                   "requeue excluding it), requeue (always requeue excluding it) or warn "
+                   "(an event only).")
+@click.option("--straggler-factor", type=click.FloatRange(min=1.0, min_open=True),
+              default=straggler.DEFAULT_FACTOR, show_default=True,
+              help="How many times slower than the median makes a straggler.")
+@click.option("--straggler-window", type=click.IntRange(1), default=straggler.DEFAULT_WINDOW,
+              show_default=True, help="Steps the slowness must last (robust to one-off noise).")
 @click.option("--ft-arg", "ft_args", multiple=True, metavar="FLAG",
               help="Extra ft_launcher flag, passed through (repeat), e.g. "
                    "--ft-arg=--ft-restart-policy=min-healthy.")
@@ -111,7 +127,8 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          min_nodes: int | None, max_restarts: int, max_requeues: int, heartbeat_timeout: float,
          initial_heartbeat_timeout: float, term_timeout: float, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str, max_blame_share: float, health_timeout: float, ft_args: tuple[str, ...],
+         verdict_path: str, max_blame_share: float, health_timeout: float, on_straggler: str,
+         straggler_factor: float, straggler_window: int, ft_args: tuple[str, ...],
          srun_args: tuple[str, ...], ft_launcher: str, dry_run: bool) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
@@ -141,7 +158,11 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                    min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
-                   health_timeout=health_timeout)
+                   health_timeout=health_timeout,
+                   straggler=straggler.Settings(straggler_factor, straggler_window,
+                                                max_blame_share if 0 < max_blame_share < 1
+                                                else straggler.DEFAULT_MAX_SHARE,
+                                                on_straggler))
     try:
         feats = plan.detect_features(ft_launcher)
     except plan.PlanError as exc:
@@ -188,6 +209,9 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     echo(f"cycle {cyc.number}: rendezvous {cyc.endpoint} id {cyc.rdzv_id}")
     echo(shlex.join(cyc.argv))
     echo(f"published health verdicts: {cfg.verdict_path or '-'}")
+    if cfg.straggler is not None:
+        st = cfg.straggler
+        echo(f"stragglers: {st.factor:g}x the median over {st.window} steps -> {st.policy}")
 
 
 if __name__ == "__main__":  # pragma: no cover

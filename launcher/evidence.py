@@ -131,7 +131,9 @@ def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[s
 
 
 def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
-           found: Mapping[str, published.Verdict]) -> list[blame.NodeEvidence]:
+           found: Mapping[str, published.Verdict],
+           slow: Mapping[str, str] | None = None) -> list[blame.NodeEvidence]:
+    """Evidence per node; ``slow``: node -> the straggler verdict's evidence, if any."""
     states = node_states(slurm, nodes)
     rec_dir = os.path.join(cycle_dir, "nodes")
     recs = exit_records(rec_dir)
@@ -148,5 +150,6 @@ def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
             verdict=v.status if v else "", verdict_codes=v.codes if v else (),
             started=(st is not None or n in recs) if starts or recs else None,
             signalled=bool(st and st.get("signalled")),
-            exit_code=rc if isinstance(rc, int) else None, error_files=tuple(errs.get(n, ()))))
+            exit_code=rc if isinstance(rc, int) else None, error_files=tuple(errs.get(n, ())),
+            slow=(slow or {}).get(n, "")))
     return out

@@ -15,7 +15,8 @@ Rules, in order:
 5. Before a cycle: enough usable nodes -> run it; else requeue.
 6. After a failed cycle: no node blamed and no progress for ``no_progress_limit`` cycles ->
    no-progress verdict; no node blamed -> requeue; blamed nodes with enough survivors ->
-   elastic relaunch; else requeue.
+   elastic relaunch (unless ``prefer_requeue``: a straggler with ``--on-straggler requeue``);
+   else requeue.
 7. Any requeue with the budget spent becomes the budget verdict.
 """
 
@@ -58,6 +59,7 @@ class State:
     no_progress_limit: int = 3
     restart_count: int = 0  # SLURM_RESTART_COUNT
     max_requeues: int = 3
+    prefer_requeue: bool = False  # blamed nodes go by requeue even when survivors suffice
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ def decide(s: State) -> Decision:
                             f"no progress in {s.no_progress} cycle(s)/requeue(s): a "
                             "deterministic failure, not requeueing")
         return _requeue(s, "cycle failed with no node to blame and in-job restarts exhausted")
+    if s.usable >= s.min_nodes and s.prefer_requeue:
+        return _requeue(s, f"{s.blamed} node(s) blamed, requeue preferred (--on-straggler "
+                           "requeue)")
     if s.usable >= s.min_nodes:
         return Decision(Action.ELASTIC, f"{s.blamed} node(s) blamed, {s.usable} survivor(s)")
     return _requeue(s, f"{s.blamed} node(s) blamed: {s.usable} survivor(s) < --min-nodes "

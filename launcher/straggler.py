@@ -20,7 +20,9 @@ judged (it was not there the whole time).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -196,3 +198,67 @@ def per_node_speed(history: Iterable[Sample]) -> dict[str, list[tuple[int, float
         for node, c in s.compute.items():
             out.setdefault(node, []).append((s.step, c))
     return out
+
+
+class Tail:
+    """New events appended to a JSON-lines file since the last call (complete lines only;
+    a torn or foreign line is skipped). Starts at the file's current end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.offset = os.path.getsize(path)
+        except OSError:
+            self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+
+class Watch:
+    """The launcher's view while a cycle runs: feed it events, ask for new verdicts."""
+
+    def __init__(self, settings: Settings, nodes: Iterable[str]) -> None:
+        self.settings = settings
+        self.nodes = set(nodes)
+        self.history: list[Sample] = []
+        self.reported: set[str] = set()
+        self.highest = 0.0
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> Judgement | None:
+        """Add new ``step_timing`` samples (restricted to this cycle's nodes); the judgement
+        when a sample arrived, else None."""
+        new = False
+        for s in samples(events):
+            keep = {n for n in s.compute if n in self.nodes}
+            self.history.append(Sample(s.step, s.steps, {n: s.compute[n] for n in keep},
+                                       {n: s.wait[n] for n in keep}))
+            new = True
+        if not new:
+            return None
+        self.history = window_of(self.history, self.settings.window)
+        j = judge(self.history, self.settings)
+        self.highest = max(self.highest, j.highest)
+        return j
+
+    def fresh(self, j: Judgement) -> list[Verdict]:
+        """Verdicts on nodes not reported before (each node is reported once)."""
+        out = [v for v in j.verdicts if v.node not in self.reported]
+        self.reported.update(v.node for v in out)
+        return out

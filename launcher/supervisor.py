@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.launcher import blame, evidence, ledger, plan, policy, published
+from resilient_slurm.launcher import blame, evidence, ledger, plan, policy, published, straggler
 from resilient_slurm.launcher.policy import Action, Phase, Signal
 from resilient_slurm.launcher.requeue import budget_for, requeue_excluding
 from resilient_slurm.slurm import SlurmBackend, SlurmError
@@ -60,6 +60,7 @@ class Settings:
     health_timeout: float = 30.0
     watch_interval: float = 1.0
     state_check_interval: float = 5.0
+    straggler: straggler.Settings | None = None  # None: no straggler verdicts
 
 
 def committed_step(checkpoint_dir: str) -> int | None:
@@ -97,6 +98,7 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signal = Signal.NONE
         self.kill_wait = 30.0
+        self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -158,7 +160,11 @@ class Supervisor:
                 self.led.exclude(node, "; ".join(why))
             self._save()
             survivors = [n for n in nodes if n not in decision.blamed]
-            d = policy.decide(self._state(Phase.FAILED, len(survivors), len(decision.blamed)))
+            prefer = bool(set(self.slow) & set(decision.blamed)) and self.cfg.straggler \
+                is not None and self.cfg.straggler.policy == "requeue"
+            self.slow = {}
+            d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
+                                                  len(decision.blamed)), prefer_requeue=prefer))
             if d.action is not Action.ELASTIC:
                 return self._act(d)
             for node in decision.nodes:
@@ -193,22 +199,27 @@ class Supervisor:
         for path, text in cyc.files:
             atomic_write(path, text)
         started = time.time()
+        watch = straggler.Watch(self.cfg.straggler, nodes) if self.cfg.straggler else None
+        tail = straggler.Tail(self.events_path)
         self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cyc.endpoint,
                       rdzv_id=cyc.rdzv_id, committed_step=self._progress_step(),
                       argv=list(cyc.argv))
         self.proc = subprocess.Popen(list(cyc.argv), env=self.env)  # noqa: S603 - argv list
-        stopped = self._watch(nodes, started, cyc.record_dir)
+        stopped = self._watch(nodes, started, cyc.record_dir, watch, tail)
         rc = self.proc.wait()
         self.proc = None
         recs = evidence.exit_records(cyc.record_dir)
         self.log.emit("cycle_end", cycle=n, rc=rc, stopped=stopped or None,
                       duration_s=round(time.time() - started, 2),
+                      straggler_ratio_max=round(watch.highest, 3) if watch else None,
                       node_rc={k: v.get("rc") for k, v in recs.items()})
         return rc, stopped, cycle_dir, started
 
-    def _watch(self, nodes: list[str], since: float, record_dir: str) -> str:
-        """Wait for the step; stop it early on a signal or a node fault (a health verdict
-        ``fail``, an ``rhc:`` drain, a node Slurm calls down)."""
+    def _watch(self, nodes: list[str], since: float, record_dir: str,
+               watch: straggler.Watch | None = None,
+               tail: straggler.Tail | None = None) -> str:
+        """Wait for the step; stop it early on a signal, a node fault (a health verdict
+        ``fail``, an ``rhc:`` drain, a node Slurm calls down) or a straggler verdict."""
         assert self.proc is not None
         last_check = time.monotonic()
         while self.proc.poll() is None:
@@ -216,6 +227,9 @@ class Supervisor:
             why = ""
             if self.signal is not Signal.NONE:
                 why = f"{self.signal.value} received"
+            elif watch is not None and tail is not None and self._straggler(watch, tail):
+                why = "straggler: " + "; ".join(f"{n} {v.evidence}"
+                                                for n, v in sorted(self.slow.items()))
             elif time.monotonic() - last_check >= self.cfg.state_check_interval:
                 last_check = time.monotonic()
                 why = self._node_fault(nodes, since)
@@ -224,6 +238,25 @@ class Supervisor:
                 self._stop_step(record_dir)
                 return why
         return ""
+
+    def _straggler(self, watch: straggler.Watch, tail: straggler.Tail) -> bool:
+        """Feed the training's new ``step_timing`` events to the verdict; True when a node
+        was found slow and the policy says stop (``warn`` only reports it, once)."""
+        j = watch.feed(tail.read())
+        if j is None:
+            return False
+        new = watch.fresh(j)
+        assert self.cfg.straggler is not None
+        policy_name = self.cfg.straggler.policy
+        for v in new:
+            self.log.emit("straggler", action=policy_name, factor=self.cfg.straggler.factor,
+                          window=self.cfg.straggler.window, **v.as_dict())
+            print(f"resilient-launch: straggler {v.node}: {v.evidence} ({policy_name})",
+                  flush=True)
+        if not new or policy_name == "warn":
+            return False
+        self.slow.update({v.node: v for v in new})
+        return True
 
     def _node_fault(self, nodes: list[str], since: float) -> str:
         evs = [blame.NodeEvidence(node=n, slurm_state=s, drain_reason=r if "DRAIN" in s else "")
@@ -289,9 +322,18 @@ class Supervisor:
         found = evidence.verdicts(self.cfg.verdict_path, nodes, since, self.cfg.verdict_max_age,
                                   self.alloc.job_id, self.env, os.path.join(cycle_dir, "verdicts"),
                                   self.cfg.health_timeout) if self.cfg.verdict_path else {}
-        evs = evidence.gather(self.slurm, nodes, cycle_dir, found)
+        evs = evidence.gather(self.slurm, nodes, cycle_dir, found,
+                              {n: v.evidence for n, v in self.slow.items()})
         decision = blame.decide(evs, self.led.strikes, self.cfg.max_strikes,
                                 self.cfg.max_blame_share)
+        for ev in evs:
+            if ev.slow:  # drained only by the hooks, and only when they found a cause
+                cause = [r for r in blame.strong_reasons(ev) if r != ev.slow]
+                self.log.emit("straggler_cause", node=ev.node, drained=bool(cause),
+                              cause="; ".join(cause) or None,
+                              detail="the hooks found a cause" if cause else
+                              "no cause found by the hooks' verdict "
+                              f"({ev.verdict or 'none published'}): reported, not drained")
         for node in decision.strikes:
             self.led.strike(node)
         self._save()

@@ -50,3 +50,19 @@ def test_reasons_say_why() -> None:
                      restart_count=1, max_requeues=1))
     assert d.action is Action.BUDGET
     assert "budget spent (1/1)" in d.why and "< --min-nodes 2" in d.why
+
+
+def test_prefer_requeue_never_relaunches_elastically() -> None:
+    """--on-straggler requeue: blamed nodes go by requeue (or budget), never elastic; every
+    other state decides as without the preference."""
+    grid = itertools.product(Phase, Signal, range(4), range(1, 4), range(3), range(4),
+                             range(1, 4), range(5), range(4))
+    for phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq in grid:
+        s = State(phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq)
+        p = State(phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq,
+                  prefer_requeue=True)
+        plain, pref = decide(s).action, decide(p).action
+        if plain is Action.ELASTIC:
+            assert pref is (Action.REQUEUE if restarts < maxrq else Action.BUDGET), p
+        else:
+            assert pref is plain, p

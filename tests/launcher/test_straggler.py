@@ -191,3 +191,39 @@ def test_property_one_slow_node_is_always_found_and_alone(base, nodes, slow, who
     speeds = [{f"n{k}": base * noise[(i * nodes + k) % len(noise)] * (slow if k == who else 1)
                for k in range(nodes)} for i in range(5)]
     assert judge(run(speeds), S).nodes == [f"n{who}"]
+
+
+def test_tail_reads_only_new_complete_lines(tmp_path) -> None:
+    from resilient_slurm.launcher.straggler import Tail
+
+    p = tmp_path / "ev.jsonl"
+    p.write_text('{"kind": "old"}\n')
+    t = Tail(str(p))
+    assert t.read() == []
+    with open(p, "a") as fh:
+        fh.write('{"kind": "a"}\nnot json\n[1]\n{"kind": "b"')
+    assert t.read() == [{"kind": "a"}]
+    with open(p, "a") as fh:
+        fh.write('}\n')
+    assert t.read() == [{"kind": "b"}]
+    assert Tail(str(tmp_path / "missing")).read() == []
+
+
+def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
+    from resilient_slurm.launcher.straggler import Watch
+
+    w = Watch(Settings(factor=1.3, window=20), ["n1", "n2", "n3"])
+    ev = [{"kind": "step_timing", "step": 10 * (i + 1), "steps": 10,
+           "nodes": {"n1": {"compute_s": 0.1, "wait_s": 0.1},
+                     "n2": {"compute_s": 0.1, "wait_s": 0.1},
+                     "n3": {"compute_s": 0.2, "wait_s": 0.0},
+                     "gone": {"compute_s": 9.0, "wait_s": 0.0}}} for i in range(4)]
+    assert w.feed([]) is None
+    j = w.feed(ev[:1])
+    assert j is not None and j.verdicts == () and w.fresh(j) == []
+    j = w.feed(ev[1:2])
+    assert j is not None and [v.node for v in w.fresh(j)] == ["n3"]
+    j = w.feed(ev[2:])
+    assert j is not None and j.nodes == ["n3"] and w.fresh(j) == []
+    assert w.highest == pytest.approx(2.0)
+    assert len(w.history) == 2  # bounded by the window
