@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from resilient_slurm.events import read_events
+from resilient_slurm.launcher import straggler
 
 
 @dataclass
@@ -122,7 +123,7 @@ def build(events: list[dict[str, Any]]) -> Report:
 def render(rep: Report, events: list[dict[str, Any]]) -> str:
     lines = ["Timeline:"]
     for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
-        if e.get("kind") in ("progress",):
+        if e.get("kind") in ("progress", "step_timing"):
             continue
         extra = {k: e[k] for k in ("node", "step", "type", "cycle", "nodes", "rc", "verdict",
                                    "rank", "waited_s", "done", "reason", "blamed", "excluded",
@@ -138,6 +139,8 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
         lines.append(f"  +{f.ts - rep.start:8.1f}s {f.what:10} node={f.node or '-':8} "
                      f"step={f.step}  handled by: {f.handled_by}; {det}recovery {rec}; "
                      f"lost steps {f.lost_steps}")
+    lines += straggler.render_speed(sorted(events, key=lambda e: float(e.get("ts", 0))),
+                                    rep.start)
     lines.append(f"Summary: verdict {rep.verdict or '-'}, {rep.cycles} cycle(s), "
                  f"{rep.requeues} requeue(s), final step {rep.final_step}, "
                  f"lost steps {sum(f.lost_steps for f in rep.faults)}, wall {rep.wall_s:.1f}s, "

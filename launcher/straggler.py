@@ -8,8 +8,8 @@ rank's, collective waits excluded) and wait seconds per step.
 node's ratio is its compute divided by the median compute of the *other* nodes (so two nodes
 suffice, and a straggler does not raise its own reference). A node is a straggler when
 
-* the median of its per-sample ratios is >= ``factor`` (one noisy sample cannot make it, nor
-  hide it: robust to one-off noise), and
+* the (low) median of its per-sample ratios is >= ``factor``: most samples of the window say
+  so, so one noisy sample can neither make it nor hide it (robust to one-off noise), and
 * its compute summed over the window, divided by the others' median sum, is >= ``factor``.
 
 No verdict when fewer than ``window`` steps are covered, fewer than two nodes report, or more
@@ -66,7 +66,7 @@ class Settings:
 @dataclass(frozen=True)
 class Verdict:
     node: str
-    ratio: float  # median of the per-sample ratios
+    ratio: float  # low median of the per-sample ratios
     steps: int  # steps the window covered
     first_step: int
     last_step: int
@@ -176,7 +176,7 @@ def judge(history: Sequence[Sample], settings: Settings) -> Judgement:
         for s in win:
             ref = _others_median({n: s.compute[n] for n in common}, node)
             per_sample.append(s.compute[node] / ref if ref > 0 else math.inf)
-        ratio = statistics.median(per_sample)
+        ratio = statistics.median_low(per_sample)  # a majority of samples, never a tie
         ratios[node] = ratio
         ref_total = _others_median(totals, node)
         total_ratio = totals[node] / ref_total if ref_total > 0 else math.inf
@@ -262,3 +262,43 @@ class Watch:
         out = [v for v in j.verdicts if v.node not in self.reported]
         self.reported.update(v.node for v in out)
         return out
+
+
+def _at(e: Mapping[str, Any], start: float) -> str:
+    return f"+{float(e.get('ts', start)) - start:.1f}s".rjust(9)
+
+
+def render_speed(events: Sequence[Mapping[str, Any]], start: float, rows: int = 30,
+                 columns: int = 8) -> list[str]:
+    """The report's "Node speed" section: compute ms per step per node over time (at most
+    ``rows`` reports, evenly spread; beyond ``columns`` nodes, the slowest ones), then each
+    straggler verdict and when the node was removed (exclusion or requeue). [] when the
+    training reported no step timing."""
+    timed = [e for e in events if parse_event(e) is not None]
+    if not timed:
+        return []
+    speeds = per_node_speed(samples(timed))
+    nodes = sorted(speeds, key=lambda n: -max(c for _, c in speeds[n]))[:columns]
+    nodes.sort()
+    pick = timed[::max(1, math.ceil(len(timed) / rows))]
+    out = ["Node speed (compute ms/step, collective waits excluded; per step_timing report):",
+           "  " + f"{'time':>9} {'step':>6} " + " ".join(f"{n[:9]:>9}" for n in nodes)]
+    for e in pick:
+        s = parse_event(e)
+        assert s is not None
+        cells = [f"{s.compute[n] * 1e3:9.0f}" if n in s.compute else f"{'-':>9}" for n in nodes]
+        out.append(f"  {_at(e, start)} {s.step:6d} " + " ".join(cells))
+    for i, e in enumerate(events):
+        if e.get("kind") != "straggler":
+            continue
+        node = str(e.get("node"))
+        removed = next((x for x in events[i + 1:] if
+                        (x.get("kind") == "exclude" and x.get("node") == node)
+                        or (x.get("kind") == "requeue" and node in (x.get("excluded") or []))),
+                       None)
+        when = (f"removed at {_at(removed, start).strip()} ("
+                + ("elastic relaunch without it" if removed.get("kind") == "exclude"
+                   else "requeue excluding it") + ")") if removed else "not removed"
+        out.append(f"  {_at(e, start)} straggler {node}: "
+                   f"{e.get('evidence')} -> {e.get('action')}; {when}")
+    return out

@@ -227,3 +227,36 @@ def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
     assert j is not None and j.nodes == ["n3"] and w.fresh(j) == []
     assert w.highest == pytest.approx(2.0)
     assert len(w.history) == 2  # bounded by the window
+
+
+def test_even_window_needs_a_majority_of_slow_samples() -> None:
+    s4 = Settings(factor=1.3, window=40)
+    assert judge(run([FLAT, FLAT, SLOW3, SLOW3]), s4).verdicts == ()  # a tie is no verdict
+    assert judge(run([FLAT, SLOW3, SLOW3, SLOW3]), s4).nodes == ["n3"]
+
+
+def test_report_shows_node_speed_and_when_the_straggler_was_removed() -> None:
+    from resilient_slurm.launcher.straggler import render_speed
+
+    def timing(ts: float, step: int, n3: float) -> dict:
+        return {"kind": "step_timing", "ts": ts, "step": step, "steps": 5,
+                "nodes": {"n1": {"compute_s": 0.1, "wait_s": 0.0},
+                          "n3": {"compute_s": n3, "wait_s": 0.0}}}
+
+    events = [timing(100.0, 5, 0.1), timing(102.0, 10, 0.2),
+              {"kind": "straggler", "ts": 103.0, "node": "n3", "action": "exclude",
+               "evidence": "slow: 2.0x median over 10 steps"},
+              {"kind": "exclude", "ts": 110.0, "node": "n3", "mode": "elastic"},
+              {"kind": "step_timing", "ts": 115.0, "step": 15, "steps": 5,
+               "nodes": {"n1": {"compute_s": 0.1, "wait_s": 0.0}}}]
+    lines = render_speed(events, 100.0)
+    assert lines[0].startswith("Node speed")
+    assert lines[1].split() == ["time", "step", "n1", "n3"]
+    assert lines[2].split() == ["+0.0s", "5", "100", "100"]
+    assert lines[3].split() == ["+2.0s", "10", "100", "200"]
+    assert lines[4].split() == ["+15.0s", "15", "100", "-"]
+    assert lines[5] == ("      +3.0s straggler n3: slow: 2.0x median over 10 steps -> exclude; "
+                        "removed at +10.0s (elastic relaunch without it)")
+    requeued = [*events[:3], {"kind": "requeue", "ts": 120.0, "excluded": ["n3"]}]
+    assert render_speed(requeued, 100.0)[-1].endswith("removed at +20.0s (requeue excluding it)")
+    assert render_speed(events[2:3], 100.0) == []
