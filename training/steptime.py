@@ -96,7 +96,9 @@ class StepTimer:
     """Times each step of this rank; every ``every`` steps rank 0 emits ``step_timing``."""
 
     def __init__(self, every: int, node: str, events: EventLog | None,
-                 use_nvrx: bool = True) -> None:
+                 use_nvrx: bool = True, detector: Any | None = None) -> None:
+        """``detector``: NVRx's ``straggler.Detector`` or a stand-in (default: NVRx's on a
+        GPU when importable and ``use_nvrx``)."""
         self.every, self.node, self.events = every, node, events
         self.comm = 0.0  # seconds blocked in collectives in the current step
         self.sums = [0.0, 0.0, 0.0, 0.0]  # compute, wait, wall, steps since the last report
@@ -106,7 +108,9 @@ class StepTimer:
         self._active = False
         self._nodes: list[str] | None = None
         self._saved: dict[str, Callable[..., Any]] = {}
-        self.detector = _nvrx_detector() if (use_nvrx and every > 0) else None
+        if detector is None and use_nvrx and every > 0:
+            detector = _nvrx_detector()
+        self.detector = detector
         self.source = "nvrx-cupti" if self.detector is not None else "sections"
         self._section: contextlib.AbstractContextManager[Any] | None = None
 
@@ -120,8 +124,13 @@ class StepTimer:
         if not self.enabled or self._saved:
             return
         if self.detector is not None:
-            self.detector.initialize(scores_to_compute=["relative_perf_scores"],
-                                     gather_on_rank0=False, node_name=self.node)
+            try:
+                self.detector.initialize(scores_to_compute=["relative_perf_scores"],
+                                         gather_on_rank0=False, node_name=self.node)
+            except Exception as exc:  # noqa: BLE001 - CUPTI unusable: our own timing instead
+                print(f"step timing: NVRx straggler detector unusable ({exc}); using section "
+                      "timing", flush=True)
+                self.detector, self.source = None, "sections"
         for name in TIMED_COLLECTIVES:
             fn = getattr(dist, name, None)
             if fn is not None:

@@ -140,3 +140,61 @@ def test_train_fsdp_reports_the_slow_node(tmp_path) -> None:
         n0, n1 = e["nodes"]["node0"], e["nodes"]["node1"]
         assert n1["compute_s"] > 1.5 * n0["compute_s"], e
         assert n1["wait_s"] < n0["wait_s"], e
+
+
+class FakeDetector:
+    """Stands in for NVRx's CUPTI-backed Detector (hardware seam): kernel summaries in ms."""
+
+    initialized = False
+    entered = 0
+
+    @classmethod
+    def initialize(cls, **kwargs):
+        assert kwargs["gather_on_rank0"] is False
+        cls.initialized = True
+
+    @classmethod
+    def shutdown(cls):
+        cls.initialized = False
+
+    @classmethod
+    def detection_section(cls, name, profile_cuda=True):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            cls.entered += 1
+            yield
+
+        return cm()
+
+    @classmethod
+    def generate_report(cls):
+        class Stat:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+        class Report:
+            local_kernel_summaries = {"gemm": {Stat("NUM"): 30, Stat("AVG"): 1.0}}
+            gpu_relative_perf_scores = {0: 0.5}
+
+        return Report()
+
+
+def test_gpu_path_takes_compute_from_nvrx_kernel_times(tmp_path, group) -> None:
+    ev = str(tmp_path / "ev.jsonl")
+    timer = StepTimer(3, "gpu1", EventLog(ev, "training"), detector=FakeDetector)
+    with timer.installed():
+        assert FakeDetector.initialized
+        for step in (1, 2, 3):
+            timer.start_step()
+            time.sleep(0.02)
+            timer.end_step()
+            timer.maybe_report(step)
+    assert not FakeDetector.initialized and FakeDetector.entered == 3
+    (event,) = [e for e in read_events(ev) if e["kind"] == "step_timing"]
+    node = event["nodes"]["gpu1"]
+    assert event["timing"] == "nvrx-cupti"
+    assert node["compute_s"] == pytest.approx(0.01)  # 30 kernels x 1 ms over 3 steps
+    assert node["wait_s"] == pytest.approx(event["step_s"] - 0.01, abs=1e-3)
+    assert node["gpu_score"] == 0.5
