@@ -5,7 +5,9 @@ gloo) runs three times: fault-free (the reference throughput), with node3 comput
 from step 10 and ``--on-straggler warn`` (the verdict is reported, nothing is done: the job
 crawls at the straggler's pace), and the same with ``--on-straggler exclude --min-nodes 2``
 (the cycle is stopped, node3 left out, training goes on on two nodes). Printed per run: wall
-time, goodput (report's productive / wall), steps per second before the slowdown (steps 2-10),
+time, steps per second over the whole job (the goodput that matters here; the report's
+goodput, productive / wall, counts slow steps as productive and is shown too), steps per
+second before the slowdown (steps 2-10),
 while slow, and after the exclusion, when the verdict came, and the final weights digest
 (equal in all three: fixed virtual shards).
 
@@ -85,13 +87,16 @@ def one(c: harness.Cluster, name: str, work: str, steps: int, launch: list[str],
            "wall_s": round(rep.wall_s, 1), "sbatch_wall_s": round(time.monotonic() - t0, 1),
            "goodput": round(rep.goodput, 3), "final_step": rep.final_step,
            "steps_per_s_before": rate(progress, 2, SLOW_FROM),
-           "steps_per_s_slow": rate(progress, SLOW_FROM + 1,
-                                    int(verdict["last_step"]) if verdict else steps),
+           "steps_per_s_slow": rate(progress, SLOW_FROM + 1, int(verdict["last_step"])
+                                    if verdict and excluded else steps),
+           "steps_per_s_overall": round(steps / rep.wall_s, 3) if rep.wall_s else None,
            "steps_per_s_after": rate(progress, after_from, steps) if after_from else None,
            "verdict_at_step": verdict["last_step"] if verdict else None,
            "verdict_ratio": verdict["ratio"] if verdict else None,
            "verdict_after_s": round(float(verdict["ts"]) - start, 1) if verdict else None,
            "excluded_after_s": round(float(excluded["ts"]) - start, 1) if excluded else None,
+           "max_ratio": max((float(e.get("straggler_ratio_max") or 0) for e in events
+                             if e.get("kind") == "cycle_end"), default=None),
            "digest": digest[-1] if digest else None}
     for k in ("steps_per_s_before", "steps_per_s_slow", "steps_per_s_after"):
         row[k] = round(row[k], 3) if row[k] is not None else None
@@ -107,6 +112,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rs-straggler-bench-")
+    os.chmod(root, 0o755)  # the sandbox's munge and slurm users must reach into it
     work = os.path.join(root, "work")
     slow = [f"--fault=slow@{SLOW_FROM}@node3:2"]
     launch = [f"--straggler-window={a.window}"]
@@ -122,12 +128,13 @@ def main() -> int:
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{'run':26} {'wall s':>7} {'goodput':>8} {'steps/s before':>15} "
+    print(f"\n{'run':26} {'wall s':>7} {'steps/s':>8} {'goodput':>8} {'steps/s before':>15} "
           f"{'while slow':>11} {'after excl.':>12} {'verdict':>22}")
     for r in rows:
         v = (f"step {r['verdict_at_step']} ({r['verdict_ratio']:.2f}x)" if r["verdict_at_step"]
              else "-")
-        print(f"{r['run']:26} {r['wall_s']:7.1f} {r['goodput']:8.1%} "
+        print(f"{r['run']:26} {r['wall_s']:7.1f} {r['steps_per_s_overall'] or 0:8.2f} "
+              f"{r['goodput']:8.1%} "
               f"{r['steps_per_s_before'] or 0:15.2f} {r['steps_per_s_slow'] or 0:11.2f} "
               f"{r['steps_per_s_after'] or 0:12.2f} {v:>22}")
     digests = {r["digest"] for r in rows}
