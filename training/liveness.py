@@ -70,7 +70,10 @@ class Liveness:
                 with contextlib.suppress(Exception):
                     self.beat(force=True)
 
-        self.beat(force=True)
+        # A monitor that is gone (ft_launcher shuts it down when asked to stop, while the
+        # ranks still save) has nobody left to keep alive: that is not a training failure.
+        with contextlib.suppress(Exception):
+            self.beat(force=True)
         thread = threading.Thread(target=run, name="liveness-keepalive", daemon=True)
         thread.start()
         try:
@@ -78,7 +81,8 @@ class Liveness:
         finally:
             stop.set()
             thread.join()
-            self.beat(force=True)
+            with contextlib.suppress(Exception):
+                self.beat(force=True)
 
     def close(self) -> None:
         if self._client is not None:

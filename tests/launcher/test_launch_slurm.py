@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -214,22 +213,52 @@ def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no
     assert rows[-1][1] == f"verdict no-progress (exit {sup.EXIT_NO_PROGRESS})"
 
 
-def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
-    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1"], [], steps=20)
-    digest = fault_free(2, 20, tmp_path)
-    deadline = time.monotonic() + 180
+def scancel(sandbox, *args: str) -> None:  # type: ignore[no-untyped-def]
+    subprocess.run(["scancel", *args], check=True, timeout=30, capture_output=True,
+                   env={**os.environ, "SLURM_CONF": sandbox.conf})
+
+
+def wait_step(state: str, step: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not any(
-            e.get("step", 0) >= 3 for e in kinds(state, "progress")):
+            e.get("step", 0) >= step for e in kinds(state, "progress")):
         time.sleep(0.5)
-    pid = kinds(state, "launch_start")[0]["pid"]
-    os.kill(pid, signal.SIGUSR1)  # what --signal=B:USR1@T delivers before the time limit
+
+
+def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    # No periodic checkpoint in the run: what resumes is what the stop saved.
+    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1", "--term-timeout=30"],
+                           ["--checkpoint-every=1000"], steps=40)
+    digest = fault_free(2, 40, tmp_path)
+    wait_step(state, 15)
+    scancel(clean, "-b", "-s", "USR1", str(jid))  # what --signal=B:USR1@T delivers
     job = wait_job(slurm, jid, timeout=300)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 1
+    stopped = kinds(state, "stopped")
+    assert stopped and len({e["step"] for e in stopped}) == 1, stopped
+    saved = stopped[0]["step"]
+    assert saved >= 15
     rq = kinds(state, "requeue")
     assert len(rq) == 1 and "SIGUSR1" in rq[0]["reason"]
-    resumes = [e["step"] for e in kinds(state, "resume")]
-    assert resumes[0] == 0 and resumes[-1] >= 2  # resumed from a checkpoint, not from 0
+    resumes = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
+    assert resumes and set(resumes) == {saved}, (saved, resumes)  # exactly the saved step
     assert digest in log
     assert handled(state) == [("signal", "requeue")]
+
+
+def test_scancel_saves_and_is_not_requeued(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, ckpt, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=2"],
+                              ["--checkpoint-every=1000"], steps=200)
+    wait_step(state, 10)
+    scancel(clean, str(jid))
+    job = wait_job(slurm, jid, timeout=120)
+    assert job.state == "CANCELLED" and job.restart_count == 0
+    time.sleep(2)
+    stopped = kinds(state, "stopped")
+    assert stopped and stopped[0]["step"] >= 10, kinds(state, "verdict")
+    assert sup.committed_step(ckpt) == stopped[0]["step"]  # the stop's save committed
+    assert not kinds(state, "requeue")
+    v = kinds(state, "verdict")
+    assert [(e["verdict"], e["exit_code"]) for e in v] == [("terminated", sup.EXIT_TERMINATED)]
