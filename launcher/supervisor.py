@@ -248,8 +248,10 @@ class Supervisor:
                 raise SlurmError("no task of the step has started yet")
             self.slurm.signal_step(self.alloc.job_id, sid, "TERM", timeout=10)
         except SlurmError as exc:
+            # A job being cancelled refuses step signals: Slurm is signalling the tasks
+            # itself, so they still get their grace. Without any task there is nothing to save.
             self.log.emit("stop_cycle", signalled=False, reason=str(exc))
-            grace = 0
+            grace = grace if sid is not None else 0
         try:
             self.proc.wait(timeout=grace)
             return
@@ -347,9 +349,8 @@ class Supervisor:
                                 budget_s=budget_for(self.kill_wait),
                                 num_nodes=self.requested_nodes if shrunk else None,
                                 user_excluded=self.led.user_excluded if back else None)
+        if not res.requeued:
+            return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}")
         if res.error:
-            hint = (f"; the job may be left held: `scontrol release {self.alloc.job_id}`"
-                    if res.held else "")
-            return self._verdict("budget-exhausted", EXIT_BUDGET,
-                                 f"requeue failed: {res.error}{hint}")
+            self.log.emit("requeue", done=True, warning=res.error)
         return EXIT_REQUEUED

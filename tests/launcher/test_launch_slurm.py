@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -262,3 +263,63 @@ def test_scancel_saves_and_is_not_requeued(slurm, clean, tmp_path):  # type: ign
     assert not kinds(state, "requeue")
     v = kinds(state, "verdict")
     assert [(e["verdict"], e["exit_code"]) for e in v] == [("terminated", sup.EXIT_TERMINATED)]
+
+
+def _slurmctld_pid(sandbox) -> int:  # type: ignore[no-untyped-def]
+    """This sandbox's own slurmctld (never another helper's)."""
+    from resilient_slurm.sandbox.lifecycle import read_json_safe, recorded_pids
+
+    for pid in recorded_pids(read_json_safe(sandbox) or {}):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="ascii") as fh:
+                if fh.read().strip() == "slurmctld":
+                    return pid
+        except OSError:
+            continue
+    raise AssertionError("no slurmctld recorded for this sandbox")
+
+
+def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    """A node fault that nobody announces (the simulated GPU of node2 turns bad under the
+    training; only the HealthCheckProgram notices) forces a requeue, and the controller stalls
+    right as the requeue starts, for longer than KillWait: the job must end requeued or with
+    a verdict, never held."""
+    from resilient_slurm.healthcheck.simulate import install_scenario
+
+    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--min-nodes=2", "--max-requeues=1"],
+                           [], ("--nodelist=node[1-2]",), steps=80)
+    wait_step(state, 5)
+    install_scenario(clean.node_dir("node2"), "xid79")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not kinds(state, "requeue"):
+        time.sleep(0.05)
+    assert kinds(state, "requeue"), log_of(tmp_path, jid)
+    ctld = _slurmctld_pid(clean)
+    os.kill(ctld, signal.SIGSTOP)
+    try:
+        time.sleep(15)  # KillWait is 5 s here: the launcher is gone before the controller wakes
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    held = []
+    end = time.monotonic() + 300
+    job = slurm.job(jid)
+    while time.monotonic() < end and job.state not in TERMINAL:
+        job = slurm.job(jid)
+        if job.held:
+            held.append(job.state)
+            if len(held) > 20:
+                break
+        time.sleep(1)
+    log = log_of(tmp_path, jid)
+    assert not held, (held, log)
+    blames = kinds(state, "blame")
+    assert blames and list(blames[0]["blamed"]) == ["node2"], blames
+    assert not any(e.get("type") == "node" for e in kinds(state, "fault")), "an announcement"
+    verdicts = [e["verdict"] for e in kinds(state, "verdict")]
+    if job.state == "COMPLETED":  # the requeue took effect once the controller woke
+        assert job.restart_count == 1 and "node2" not in job.nodes
+        assert verdicts == ["completed"]
+        assert fault_free(2, 80, tmp_path) in log
+    else:  # the launcher gave up inside KillWait and said why
+        assert job.state == "FAILED" and verdicts == ["budget-exhausted"], (job, log)
+        assert "requeue failed" in kinds(state, "verdict")[-1]["message"]
