@@ -252,11 +252,10 @@ class Supervisor:
             # itself, so they still get their grace. Without any task there is nothing to save.
             self.log.emit("stop_cycle", signalled=False, reason=str(exc))
             grace = grace if sid is not None else 0
-        try:
-            self.proc.wait(timeout=grace)
+        if self.signal is Signal.TERM:  # Slurm SIGKILLs this script KillWait after scancel
+            grace = min(grace, max(1.0, self.kill_wait * 0.7))
+        if self._tasks_ended(record_dir, grace):
             return
-        except subprocess.TimeoutExpired:
-            pass
         if sid is not None:
             try:
                 self.slurm.signal_step(self.alloc.job_id, sid, "KILL", timeout=10)
@@ -265,6 +264,24 @@ class Supervisor:
             except (SlurmError, subprocess.TimeoutExpired):
                 pass
         self.proc.kill()
+
+    def _tasks_ended(self, record_dir: str, timeout: float) -> bool:
+        """Wait until srun ended, or every task that started wrote its exit record (a
+        cancelled job's srun may linger; the saves are what matter)."""
+        assert self.proc is not None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return True
+            started = evidence.step_records(record_dir)
+            if started and set(started) <= set(evidence.exit_records(record_dir)):
+                try:
+                    self.proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                return True
+            time.sleep(0.2)
+        return False
 
     def _release(self, blamed: list[str]) -> None:
         """Give excluded nodes back to Slurm (shrink the running allocation), so they can be
