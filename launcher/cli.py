@@ -29,6 +29,7 @@ Exit codes:
   3  no-progress verdict: no new committed checkpoint across --no-progress-limit
      cycles/requeues (a deterministic crash); not requeued
   4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
+     (requeue-unconfirmed: the controller did not answer in time; it may still take it)
   5  requeued: Slurm restarts this batch script, blamed nodes excluded
   143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
      SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue

@@ -33,6 +33,7 @@ HELD_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "REQUEUE_FED
 class Result:
     error: str = ""  # "" when the job was requeued and updated
     requeued: bool = False  # the requeue took (``error`` then says what update did not)
+    unconfirmed: bool = False  # the controller never answered: it may still take effect
 
 
 def budget_for(kill_wait: float) -> float:
@@ -80,7 +81,7 @@ def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
     err = _retry(lambda: slurm.requeue(job_id, hold=False, timeout=left()), deadline, call,
                  requeued)
     if err:
-        return Result(f"requeue: {err}")
+        return Result(f"requeue: {err}", unconfirmed="no answer" in err)
     if not excluded and num_nodes is None and user_excluded is None:
         return Result(requeued=True)
     err = _retry(lambda: _fix_request(slurm, job_id, excluded, user_excluded, num_nodes,

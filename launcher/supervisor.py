@@ -8,7 +8,8 @@ Exit codes (the contract, also in ``resilient-launch --help``):
 * ``3`` no-progress verdict: no new committed checkpoint across ``--no-progress-limit`` cycles
   or requeues (a deterministic crash); the job is not requeued;
 * ``4`` budget exhausted: a requeue was needed but ``--max-requeues`` is spent (or requeue
-  refused / failed), or too few usable nodes and no requeue left;
+  refused / failed), or too few usable nodes and no requeue left; also ``requeue-unconfirmed``:
+  the controller did not answer the requeue within KillWait (it may still take it);
 * ``5`` requeued: Slurm restarts this batch script (with blamed nodes excluded);
 * ``143`` terminated by SIGTERM (``scancel``, preemption): the training was asked to save and
   the job is left to Slurm (never requeued by us); ``SIGUSR1`` (``--signal=B:USR1@T`` before a
@@ -366,6 +367,10 @@ class Supervisor:
                                 budget_s=budget_for(self.kill_wait),
                                 num_nodes=self.requested_nodes if shrunk else None,
                                 user_excluded=self.led.user_excluded if back else None)
+        if res.unconfirmed:  # a stalled controller may still act on it when it wakes
+            return self._verdict("requeue-unconfirmed", EXIT_BUDGET,
+                                 f"{res.error}; if the controller takes the requeue when it "
+                                 "answers again, the job restarts, else it ends here")
         if not res.requeued:
             return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}")
         if res.error:
