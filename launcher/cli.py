@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from resilient_slurm.launcher import plan, straggler
+from resilient_slurm.launcher import plan, published, straggler
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -29,6 +29,7 @@ Exit codes:
   3  no-progress verdict: no new committed checkpoint across --no-progress-limit
      cycles/requeues (a deterministic crash); not requeued
   4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
+     (requeue-unconfirmed: the controller did not answer in time; it may still take it)
   5  requeued: Slurm restarts this batch script, blamed nodes excluded
   143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
      SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
@@ -92,10 +93,11 @@ def _die(msg: str) -> None:
                    "new committed checkpoint.")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
-@click.option("--verdict-path", default="", envvar="RESILIENT_VERDICT_PATH",
-              help="The health verdicts the hooks publish, {node} per node (read on the "
-                   "node when not visible here) [default: none: blame from Slurm state, "
-                   "drains and the step's records].")
+@click.option("--verdict-path", default=published.DEFAULT_PATH, show_default=True,
+              envvar="RESILIENT_VERDICT_PATH",
+              help="The health verdicts the hooks publish ([hooks] verdict_file), {node} per "
+                   "node, read on the node when not visible here; empty: blame from Slurm "
+                   "state, drains and the step's records only.")
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")

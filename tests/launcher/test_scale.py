@@ -98,3 +98,20 @@ def test_shim_started_record_and_signal_relayed_once(tmp_path) -> None:  # type:
     started = json.loads((rec / "node5.started.json").read_text())
     assert started["signal"] == "SIGTERM" and started["signalled"] > 0
     assert evidence.exit_records(str(rec))["node5"]["rc"] == 7  # not the started record
+
+
+def test_published_verdict_format_1() -> None:
+    from resilient_slurm.launcher import published
+
+    # docs/hooks.md's example, verbatim fields
+    text = json.dumps({"format": 1, "node": "node3", "status": "fail", "healthy": False,
+                       "codes": ["XID79", "GPU_LOST"], "reason": "Xid 79 on gpu3",
+                       "source": "health", "job": None, "check_set": "periodic",
+                       "simulated": True, "time": 1795961620.491,
+                       "time_iso": "2026-11-29T14:13:40+00:00"})
+    assert published.parse(text) == published.Verdict("fail", 1795961620.491,
+                                                      ("XID79", "GPU_LOST"))
+    assert published.parse(text.replace('"format": 1', '"format": 2')) is None
+    assert published.parse("{torn") is None and published.parse("[]") is None
+    assert published.parse(json.dumps({"status": "great", "time": 5})) is None
+    assert published.path_for(published.DEFAULT_PATH, "n1").endswith("/verdicts/n1.json")
