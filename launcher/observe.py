@@ -29,6 +29,7 @@ Another wording in a later release only costs the event (the restart itself is N
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from typing import Any
@@ -91,3 +92,34 @@ def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
     rounds = {e["round"] for e in events if e.get("kind") == "rendezvous"
               and isinstance(e.get("round"), int) and float(e.get("ts", 0)) >= since}
     return max(len(rounds) - 1, 0)
+
+
+class EventTail:
+    """The events appended to ``path`` since the last :meth:`read` (all of them, from
+    ``since`` on, accumulated): the watch loop reads only the new bytes each tick."""
+
+    def __init__(self, path: str, since: float = 0.0) -> None:
+        self.path, self.since, self.offset = path, since, 0
+        self.events: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.events
+        end = data.rfind(b"\n") + 1  # a torn last line waits for the next read
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("kind") in WATCHED \
+                    and float(e.get("ts", 0)) >= self.since:
+                self.events.append(e)
+        return self.events
+
+
+WATCHED = frozenset(kind for kind, _ in PATTERNS)
