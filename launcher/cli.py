@@ -193,7 +193,7 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
          + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
     echo(f"nvidia-resiliency-ext {feats.version or '?'}: "
          + ", ".join(f"{k}={feats.flag(k) or '-'}" for k in plan.FT_FLAGS))
-    echo(f"checkpoints: {cfg.checkpoint_dir}; state: {cfg.state_dir}; budgets: "
+    echo(f"checkpoints: {cfg.checkpoint_dir or 'none'}; state: {cfg.state_dir}; budgets: "
          f"{opts.max_restarts} in-job restarts/cycle, {cfg.max_requeues} requeues, "
          f"no-progress limit {cfg.no_progress_limit}, {cfg.max_strikes} strikes")
     if len(nodes) < cfg.min_nodes:
