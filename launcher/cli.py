@@ -148,7 +148,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         _die(f"--min-nodes {min_nodes} > {len(alloc.nodes)} allocated node(s)")
     opts = plan.LaunchOptions(
         script=script, script_args=args, module=module, nproc_per_node=nproc_per_node,
-        max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
+        max_restarts=plan.ft_restart_budget(max_restarts), heartbeat_timeout=heartbeat_timeout,
         initial_heartbeat_timeout=initial_heartbeat_timeout, term_timeout=term_timeout,
         ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
     cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
@@ -194,7 +194,7 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     echo(f"nvidia-resiliency-ext {feats.version or '?'}: "
          + ", ".join(f"{k}={feats.flag(k) or '-'}" for k in plan.FT_FLAGS))
     echo(f"checkpoints: {cfg.checkpoint_dir or 'none'}; state: {cfg.state_dir}; budgets: "
-         f"{opts.max_restarts} in-job restarts/cycle, {cfg.max_requeues} requeues, "
+         f"{cfg.max_restarts} in-job restarts/cycle (job), {cfg.max_requeues} requeues, "
          f"no-progress limit {cfg.no_progress_limit}, {cfg.max_strikes} strikes")
     if len(nodes) < cfg.min_nodes:
         echo("plan: too few usable nodes: requeue with exclusions")

@@ -237,7 +237,8 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     if not rep.faults:
         lines.append("  none")
     for f in rep.faults:
-        rec = _s(f.recovery_s, "not recovered")
+        rec = _s(f.recovery_s, "not recovered" if f.handled_by.startswith("verdict")
+                 else "unknown")
         det = f"detected after {f.detected_s:.1f}s; " if f.detected_s is not None else ""
         rdv = f"rendezvous after {f.rendezvous_s:.1f}s; " if f.rendezvous_s is not None else ""
         rank = f" rank={f.rank}" if f.rank is not None else ""
