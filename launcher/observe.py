@@ -9,6 +9,8 @@ event (fields)                from the line (NVRx 0.4.1 / torch 2.13 wording, pi
 ============================  =================================================================
 ``worker_exception`` (rank)   ``[rankN]: Traceback (most recent call last):``, printed by
                               torch.distributed's excepthook as the exception ends the rank
+``peer_lost`` (rank)           ``[rankN]: ... Connection closed by peer``: rank N failed because
+                              another rank died first (its traceback is a consequence)
 ``rank_disconnected`` (rank)  ``RankMonServer..:N] Started periodic restart check.``: the rank's
                               process closed its monitor connection (it exited or was killed)
 ``worker_failed``             ``failed (exitcode: C) local_rank: L (pid: P)``: ft_launcher saw a
@@ -41,6 +43,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("first_heartbeat", re.compile(_MON + r".*Periodic restart check task cancelled")),
     ("rank_disconnected", re.compile(_MON + r".*Started periodic restart check")),
     ("worker_exception", re.compile(r"^\[rank(?P<rank>\d+)\]: ?Traceback \(most recent call")),
+    ("peer_lost", re.compile(r"^\[rank(?P<rank>\d+)\]: .*(Connection closed by peer|"
+                             r"Connection reset by peer|Broken pipe)")),
     ("worker_failed", re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: "
                                  r"(?P<local>\d+) \(pid: (?P<pid>\d+)\)")),
     ("worker_restart", re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
@@ -64,7 +68,7 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
         if kind == "hang_detected":
             return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
                           "waited_s": float(g["waited"])}
-        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception"):
+        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception", "peer_lost"):
             if _rank(g["rank"]) is None:
                 return None
             return kind, {"rank": _rank(g["rank"])}

@@ -90,7 +90,8 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
         k = e.get("kind")
         if k == "cycle_start":
             own = False
-        elif k == "hang_detected" and own and found is None:
+        elif k == "hang_detected" and own and found is None \
+                and not (observed and events[i].get("type") != "hang"):
             found = j
             how = "in-job restart (ft_launcher, missing heartbeats)"
         elif k == "rendezvous" and own and rdzv is None:
@@ -113,39 +114,54 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
 
 
 OBSERVED_FAULT = "observed_fault"
-_OPENS = ("worker_exception", "worker_failed", "hang_detected")
+_REPORTS = ("worker_exception", "worker_failed", "hang_detected", "rank_disconnected",
+            "peer_lost")
+
+
+def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fault a group of reports describes: the first incident that is no consequence of
+    another. A hang report that follows a traceback or a dead worker is ranks blocked behind
+    it; a traceback of a rank that lost its peer ("Connection closed by peer") is the peer's
+    fault; a rank that disconnects without a traceback died of a signal."""
+    lost = {e.get("rank") for e in group if e["kind"] == "peer_lost"}
+    raised = {e.get("rank") for e in group if e["kind"] == "worker_exception"}
+    failed = [e for e in group if e["kind"] == "worker_failed"]
+    for e in group:
+        k, rank = e["kind"], e.get("rank")
+        if k == "hang_detected":
+            ts = float(e["ts"]) - float(e.get("waited_s") or 0)
+            return {"type": "hang", "rank": rank, "node": e.get("node"), "ts": ts}
+        if k == "worker_exception" and rank not in lost:
+            return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
+        if k == "rank_disconnected" and rank not in raised and failed:
+            sig = next((f for f in failed if f.get("node") == e.get("node")), failed[0])
+            what = sig.get("signal") or f"exit {sig.get('exitcode')}"
+            return {"type": what, "rank": rank, "node": e.get("node"), "ts": e["ts"]}
+        if k == "worker_failed" and not raised - lost:
+            what = e.get("signal") or f"exit {e.get('exitcode')}"
+            return {"type": what, "rank": f"{e.get('node')}:{e.get('local_rank')}",
+                    "node": e.get("node"), "ts": e["ts"]}
+    if raised:  # only consequences seen: the first traceback stands for the fault
+        e = next(x for x in group if x["kind"] == "worker_exception")
+        return {"type": "exception", "rank": e.get("rank"), "node": e.get("node"),
+                "ts": e["ts"]}
+    return None  # ranks that only disconnected: a normal end
 
 
 def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Faults as the launcher saw them, for any script: each group of failure reports
-    (a rank's traceback, a dead worker, missing heartbeats) up to the next rendezvous round
-    or cycle end is one fault. Its time is the first report (for a hang: the hang report less
-    the heartbeat timeout it waited, i.e. the last heartbeat); its type the strongest
-    (hang > signal > exception > exit code)."""
+    """Faults as the launcher saw them, for any script: the failure reports (tracebacks, dead
+    workers, disconnected ranks, missing heartbeats) up to the next rendezvous round or cycle
+    end are one fault (``_culprit``). Its time is the culprit's first report (for a hang the
+    report less the heartbeat timeout it waited: the last heartbeat)."""
     out: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []
 
     def close() -> None:
-        if not group:
-            return
-        hang = next((e for e in group if e["kind"] == "hang_detected"), None)
-        sig = next((e for e in group if e["kind"] == "worker_failed" and e.get("signal")), None)
-        exc = next((e for e in group if e["kind"] == "worker_exception"), None)
-        first = group[0]
-        ts = float(first["ts"])
-        if hang is not None:
-            what, rank, node = "hang", hang.get("rank"), hang.get("node")
-            ts = min(ts, float(hang["ts"]) - float(hang.get("waited_s") or 0))
-        elif sig is not None:
-            what, node = str(sig["signal"]), sig.get("node")
-            rank = f"{node}:{sig.get('local_rank')}"
-        elif exc is not None:
-            what, rank, node = "exception", exc.get("rank"), exc.get("node")
-        else:
-            code = next((e.get("exitcode") for e in group if e["kind"] == "worker_failed"), "?")
-            what, rank, node = f"exit {code}", None, first.get("node")
-        out.append({"ts": round(ts, 3), "kind": OBSERVED_FAULT, "source": "launcher",
-                    "type": what, "rank": rank, "node": node or "", "cycle": first.get("cycle")})
+        found = _culprit(group) if group else None
+        if found is not None:
+            out.append({**found, "ts": round(float(found["ts"]), 3), "kind": OBSERVED_FAULT,
+                        "source": "launcher", "node": found.get("node") or "",
+                        "cycle": group[0].get("cycle")})
         group.clear()
 
     cycle, stopping = None, False
@@ -158,7 +174,7 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif k == "stop_cycle":  # the launcher stopped the step: what dies now is no fault
             close()
             stopping = True
-        elif k in _OPENS and not stopping:
+        elif k in _REPORTS and not stopping:
             group.append({**e, "cycle": cycle})
     close()
     return out

@@ -17,31 +17,38 @@ def nd(ts: float, kind: str, node: str = "node1", **kw) -> dict:  # type: ignore
 
 
 # A foreign script (NVRx heartbeats, no training events): an exception on rank 1, a SIGKILL of
-# node2's local rank 0, a hang of rank 0; what the node shims saw of ft_launcher's lines.
+# rank 0, a hang of rank 1; what the node shims saw of ft_launcher's lines (the sequences seen
+# on the sandbox: a slow teardown after the exception makes rank 0 miss its heartbeats too).
 FOREIGN = [
     ev(0, "launch_start"), ev(0.1, "cycle_start", cycle=1),
     nd(2.0, "rendezvous", round=0, group_rank=0, world=2),
     nd(2.0, "rendezvous", "node2", round=0, group_rank=1, world=2),
-    # exception
-    nd(10.0, "worker_exception", rank=1),
-    nd(10.4, "worker_exception", "node2", rank=0),  # a peer's error after the culprit's
-    nd(10.6, "rank_disconnected", rank=1),
-    nd(12.0, "worker_failed", local_rank=1, exitcode=1, signal=None, pid=5),
-    nd(12.0, "worker_restart", state="UNHEALTHY", attempts_left=3),
-    nd(12.9, "rendezvous", round=1, group_rank=0, world=2),
-    nd(12.9, "rendezvous", "node2", round=1, group_rank=1, world=2),
-    nd(17.0, "first_heartbeat", rank=1), nd(17.01, "first_heartbeat", "node2", rank=2),
-    # SIGKILL
-    nd(30.0, "worker_exception", "node1", rank=0),
-    nd(30.1, "worker_failed", "node2", local_rank=0, exitcode=-9, signal="SIGKILL", pid=6),
+    # exception on rank 1 (node2)
+    nd(10.0, "worker_exception", "node2", rank=1),
+    nd(12.4, "rank_disconnected", "node2", rank=1),
+    nd(15.3, "worker_exception", rank=0), nd(15.3, "peer_lost", rank=0),
+    nd(15.3, "worker_failed", "node2", local_rank=0, exitcode=1, signal=None, pid=5),
+    nd(16.2, "hang_detected", rank=0, heartbeat="subsequent", waited_s=6.0),
+    nd(16.3, "rank_disconnected", rank=0),
+    nd(16.4, "worker_failed", local_rank=0, exitcode=-9, signal="SIGKILL", pid=4),
+    nd(16.4, "worker_restart", state="FAILED", attempts_left=3),
+    nd(16.9, "rendezvous", round=1, group_rank=0, world=2),
+    nd(16.9, "rendezvous", "node2", round=1, group_rank=1, world=2),
+    nd(17.0, "first_heartbeat", rank=0), nd(17.01, "first_heartbeat", "node2", rank=1),
+    # SIGKILL of rank 0 (node1): it disconnects first, its peer's traceback is a consequence
+    nd(30.0, "rank_disconnected", rank=0),
+    nd(30.01, "worker_exception", "node2", rank=1), nd(30.01, "peer_lost", "node2", rank=1),
+    nd(30.1, "worker_failed", local_rank=0, exitcode=-9, signal="SIGKILL", pid=6),
     nd(31.0, "rendezvous", round=2, group_rank=0, world=2),
     nd(36.0, "first_heartbeat", rank=0),
-    # hang: last heartbeat at 50, reported 8 s later by every monitor
-    nd(58.0, "hang_detected", "node2", rank=2, heartbeat="subsequent", waited_s=8.0),
+    # hang of rank 1: last heartbeat at 50, reported 8 s later by every monitor
+    nd(58.0, "hang_detected", "node2", rank=1, heartbeat="subsequent", waited_s=8.0),
     nd(58.1, "hang_detected", rank=0, heartbeat="subsequent", waited_s=8.0),
+    nd(58.2, "rank_disconnected", "node2", rank=1),
     nd(58.5, "worker_failed", "node2", local_rank=0, exitcode=-9, signal="SIGKILL", pid=7),
     nd(59.5, "rendezvous", round=3, group_rank=0, world=2),
     nd(64.5, "first_heartbeat", rank=0),
+    nd(79, "rank_disconnected", rank=0), nd(79, "rank_disconnected", "node2", rank=1),
     ev(80, "cycle_end", cycle=1, rc=0), ev(80.1, "verdict", verdict="completed", exit_code=0),
 ]
 
@@ -50,11 +57,12 @@ def test_report_of_a_foreign_script_from_observations() -> None:
     rep = report.build(FOREIGN)
     rows = [(f.what, f.rank, f.handled_by) for f in rep.faults]
     assert rows == [("exception", 1, "in-job restart (ft_launcher)"),
-                    ("SIGKILL", "node2:0", "in-job restart (ft_launcher)"),
-                    ("hang", 2, "in-job restart (ft_launcher, missing heartbeats)")]
+                    ("SIGKILL", 0, "in-job restart (ft_launcher)"),
+                    ("hang", 1, "in-job restart (ft_launcher, missing heartbeats)")]
+    assert [f.node for f in rep.faults] == ["node2", "node1", "node2"]
     assert [f.recovery_s for f in rep.faults] == [7.0, 6.0, 14.5]
-    assert [round(f.rendezvous_s or 0, 3) for f in rep.faults] == [2.9, 1.0, 9.5]
-    assert rep.faults[2].detected_s == 8.0
+    assert [round(f.rendezvous_s or 0, 3) for f in rep.faults] == [6.9, 1.0, 9.5]
+    assert [f.detected_s for f in rep.faults] == [None, None, 8.0]
     assert rep.restarts == 3 and rep.cycles == 1 and rep.verdict == "completed"
     # nothing says which step: unknown, never 0
     assert rep.final_step is None and rep.productive_s is None and rep.goodput is None
