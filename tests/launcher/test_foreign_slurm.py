@@ -74,19 +74,6 @@ def wait_job(slurm, jid: int, timeout: float = 420):  # type: ignore[no-untyped-
     raise AssertionError(f"job {jid} still {job.state} ({job.reason}) after {timeout}s")
 
 
-def script_recoveries(log: str) -> dict[str, float]:
-    """Per fault type, the script's own recovery: its fault line -> its next step line."""
-    steps = [(float(t), int(s)) for s, t in STEP_LINE.findall(log)]
-    out = {}
-    for kind, _step, _rank, t in FAULT_LINE.findall(log):
-        after = [ts for ts, _ in steps if ts > float(t)]
-        assert after, f"no step after the {kind} fault"
-        # the first step printed after the restart, not a step a healthy rank printed
-        # between the fault and its detection (its timestamp is before the restart)
-        out[kind] = min(after) - float(t)
-    return out
-
-
 def first_step_after(log: str, t0: float, gap: float) -> float:
     steps = sorted(float(t) for _, t in STEP_LINE.findall(log) if float(t) > t0)
     prev = t0
@@ -137,7 +124,9 @@ def test_foreign_dcp_script_with_faults(slurm, idle, tmp_path):  # type: ignore[
         ("exception", "in-job restart (ft_launcher)"),
         ("SIGKILL", "in-job restart (ft_launcher)"),
         ("hang", "in-job restart (ft_launcher, missing heartbeats)")], report.render(rep, evs)
-    assert rep.faults[0].rank == 1 and rep.faults[1].rank.endswith(":0")
+    # the rank that raised, the rank that was killed; for the hang, the first rank whose
+    # monitor reported it (NVRx flags every rank at once: the hung one is not told apart)
+    assert [f.rank for f in rep.faults][:2] == [1, 0] and rep.faults[2].rank in (0, 1)
     assert rep.restarts == 3 and rep.cycles == 1
     assert all(f.recovery_s is not None for f in rep.faults)
     check_recoveries(rep, log, KINDS)
@@ -189,3 +178,21 @@ def test_foreign_script_without_checkpoint(slurm, idle, tmp_path):  # type: igno
                         ("SIGKILL", "in-job restart (ft_launcher)"), ("hang", "requeue")], rows
     assert rep.final_step is None and rep.goodput is None
     check_recoveries(rep, log, KINDS)
+
+
+def test_side_by_side_no_slower_than_ft_launcher(slurm, idle, tmp_path):  # type: ignore[no-untyped-def]
+    """The same foreign script and faults under resilient-launch and under a hand-written
+    `srun ft_launcher` line, at the same time on the same sandbox (bench/foreign_vs_ft.py):
+    recovery per fault, by the script's own clock, is no slower with resilient-launch (within
+    TOLERANCE_S of measurement noise on a shared machine)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+    import foreign_vs_ft as bench
+
+    res = bench.side_by_side(slurm, idle.conf, tmp_path)
+    print(bench.render(res))
+    for name, r in res.items():
+        assert r["state"] == "COMPLETED" and r["done"], (name, r)
+    rl, ft = res["resilient-launch"]["recovery"], res["ft_launcher"]["recovery"]
+    assert set(rl) == set(ft) == {"exception", "sigkill", "hang"}, res
+    for kind in rl:
+        assert rl[kind] <= ft[kind] + TOLERANCE_S, (kind, rl[kind], ft[kind])
