@@ -9,6 +9,8 @@ event (fields)                from the line (NVRx 0.4.1 / torch 2.13 wording, pi
 ============================  =================================================================
 ``worker_exception`` (rank)   ``[rankN]: Traceback (most recent call last):``, printed by
                               torch.distributed's excepthook as the exception ends the rank
+``peer_lost`` (rank)           ``[rankN]: ... Connection closed by peer``: rank N failed because
+                              another rank died first (its traceback is a consequence)
 ``rank_disconnected`` (rank)  ``RankMonServer..:N] Started periodic restart check.``: the rank's
                               process closed its monitor connection (it exited or was killed)
 ``worker_failed``             ``failed (exitcode: C) local_rank: L (pid: P)``: ft_launcher saw a
@@ -29,6 +31,7 @@ Another wording in a later release only costs the event (the restart itself is N
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from typing import Any
@@ -40,6 +43,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("first_heartbeat", re.compile(_MON + r".*Periodic restart check task cancelled")),
     ("rank_disconnected", re.compile(_MON + r".*Started periodic restart check")),
     ("worker_exception", re.compile(r"^\[rank(?P<rank>\d+)\]: ?Traceback \(most recent call")),
+    ("peer_lost", re.compile(r"^\[rank(?P<rank>\d+)\]: .*(Connection closed by peer|"
+                             r"Connection reset by peer|Broken pipe)")),
     ("worker_failed", re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: "
                                  r"(?P<local>\d+) \(pid: (?P<pid>\d+)\)")),
     ("worker_restart", re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
@@ -63,7 +68,7 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
         if kind == "hang_detected":
             return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
                           "waited_s": float(g["waited"])}
-        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception"):
+        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception", "peer_lost"):
             if _rank(g["rank"]) is None:
                 return None
             return kind, {"rank": _rank(g["rank"])}
@@ -91,3 +96,34 @@ def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
     rounds = {e["round"] for e in events if e.get("kind") == "rendezvous"
               and isinstance(e.get("round"), int) and float(e.get("ts", 0)) >= since}
     return max(len(rounds) - 1, 0)
+
+
+class EventTail:
+    """The events appended to ``path`` since the last :meth:`read` (all of them, from
+    ``since`` on, accumulated): the watch loop reads only the new bytes each tick."""
+
+    def __init__(self, path: str, since: float = 0.0) -> None:
+        self.path, self.since, self.offset = path, since, 0
+        self.events: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.events
+        end = data.rfind(b"\n") + 1  # a torn last line waits for the next read
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("kind") in WATCHED \
+                    and float(e.get("ts", 0)) >= self.since:
+                self.events.append(e)
+        return self.events
+
+
+WATCHED = frozenset(kind for kind, _ in PATTERNS)

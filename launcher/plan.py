@@ -148,6 +148,17 @@ def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tup
         return EPHEMERAL_DEFAULT
 
 
+def ft_restart_budget(max_restarts: int) -> int:
+    """ft_launcher's own ``--max-restarts`` for a per-job budget of ``max_restarts``.
+
+    ft_launcher counts per node (an agent spends one only when its own workers failed), so
+    faults spread over nodes could outlast the user's budget. The supervisor counts restarts
+    of the whole job (rendezvous rounds) and stops the cycle past the budget; each node's
+    ft_launcher gets one more so it never gives up first (0 stays 0: the first fault ends
+    the cycle either way)."""
+    return max_restarts + 1 if max_restarts > 0 else 0
+
+
 def rdzv_port(alloc: Allocation, cycle: int,
               ephemeral: tuple[int, int] = EPHEMERAL_DEFAULT) -> int:
     """A port derived from the job (cluster, id, requeue) and cycle, fresh each cycle, and
@@ -188,7 +199,9 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     add("term_timeout", _num(opts.term_timeout))
     add("workers_stop_timeout", _num(opts.term_timeout))
     # No --monitor-interval: ft_launcher's own (0.1 s in 0.4.1) finds a dead rank soonest.
-    add("workload_check_interval", 1)  # NVRx checks heartbeats every 5 s by default
+    # NVRx checks heartbeats every 5 s by default; 0.25 s finds a hang (and its last heartbeat,
+    # the report less the timeout) within a quarter second, for a negligible cost.
+    add("workload_check_interval", 0.25)
     if log_dir:
         add("log_dir", log_dir)
     argv += list(opts.ft_args)

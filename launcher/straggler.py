@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from resilient_slurm.events import EventLog
+from resilient_slurm.launcher.blame import NodeEvidence, strong_reasons
+
 POLICIES = ("exclude", "requeue", "warn")
 DEFAULT_FACTOR = 1.3
 DEFAULT_WINDOW = 50
@@ -302,3 +305,61 @@ def render_speed(events: Sequence[Mapping[str, Any]], start: float, rows: int = 
         out.append(f"  {_at(e, start)} straggler {node}: "
                    f"{e.get('evidence')} -> {e.get('action')}; {when}")
     return out
+
+
+class Monitor:
+    """One cycle's straggler watch over the events file: :meth:`check` each tick."""
+
+    def __init__(self, settings: Settings, nodes: Iterable[str], events_path: str) -> None:
+        self.settings = settings
+        self.watch = Watch(settings, nodes)
+        self.tail = Tail(events_path)
+
+    @property
+    def highest(self) -> float:
+        return self.watch.highest
+
+    def check(self) -> list[Verdict]:
+        """Verdicts on nodes not reported before, from the events appended since last time."""
+        j = self.watch.feed(self.tail.read())
+        return self.watch.fresh(j) if j is not None else []
+
+    def poll(self, log: EventLog) -> dict[str, Verdict]:
+        """:meth:`check`, each new straggler reported (event ``straggler``, a log line); the
+        ones the policy stops the cycle for (none with ``warn``)."""
+        st, new = self.settings, self.check()
+        for v in new:
+            log.emit("straggler", action=st.policy, factor=st.factor, window=st.window,
+                     **v.as_dict())
+            print(f"resilient-launch: straggler {v.node}: {v.evidence} ({st.policy})", flush=True)
+        return {v.node: v for v in new if st.policy != "warn"}
+
+
+def stop_reason(slow: Mapping[str, Verdict]) -> str:
+    return "straggler: " + "; ".join(f"{n} {v.evidence}" for n, v in sorted(slow.items()))
+
+
+def prefers_requeue(settings: Settings | None, slow: Iterable[str],
+                    blamed: Iterable[str]) -> bool:
+    """``--on-straggler requeue`` and a straggler among the blamed nodes."""
+    return settings is not None and settings.policy == "requeue" \
+        and bool(set(slow) & set(blamed))
+
+
+def report_causes(log: EventLog, evidence: Iterable[NodeEvidence]) -> None:
+    """Event ``straggler_cause`` for each straggler among ``evidence``."""
+    for ev in evidence:
+        if ev.slow:
+            others = [r for r in strong_reasons(ev) if r != ev.slow]
+            log.emit("straggler_cause", **cause(ev.node, others, ev.verdict))
+
+
+def cause(node: str, other_reasons: Sequence[str], verdict: str) -> dict[str, Any]:
+    """The ``straggler_cause`` event's fields: the launcher never drains; a node is drained
+    only by the hooks, when they found a cause (their ``fail`` verdict, an ``rhc:`` drain, a
+    node down): ``other_reasons`` = the node's strong blame reasons besides its slowness."""
+    found = "; ".join(other_reasons)
+    return {"node": node, "drained": bool(found), "cause": found or None,
+            "detail": "the hooks found a cause" if found else
+            f"no cause found by the hooks' verdict ({verdict or 'none published'}): "
+            "reported, not drained"}

@@ -23,9 +23,7 @@ may save, and are killed only after ``--term-timeout``.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import signal
 import subprocess
 import time
@@ -34,7 +32,17 @@ from dataclasses import dataclass, replace
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.launcher import blame, evidence, ledger, plan, policy, published, straggler
+from resilient_slurm.launcher import (
+    blame,
+    evidence,
+    ledger,
+    observe,
+    plan,
+    policy,
+    progress,
+    published,
+    straggler,
+)
 from resilient_slurm.launcher.policy import Action, Phase, Signal
 from resilient_slurm.launcher.requeue import budget_for, requeue_excluding
 from resilient_slurm.slurm import SlurmBackend, SlurmError
@@ -49,7 +57,7 @@ VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
 
 @dataclass
 class Settings:
-    checkpoint_dir: str
+    checkpoint_dir: str | None  # None: progress from step reports only
     state_dir: str
     min_nodes: int
     max_requeues: int = 3
@@ -61,26 +69,9 @@ class Settings:
     health_timeout: float = 30.0
     watch_interval: float = 1.0
     state_check_interval: float = 5.0
+    checkpoint_marker: str | None = None  # the user's own completion-marker file name
+    max_restarts: int | None = None  # in-job restarts per cycle, counted for the whole job
     straggler: straggler.Settings | None = None  # None: no straggler verdicts
-
-
-def committed_step(checkpoint_dir: str) -> int | None:
-    """The latest complete checkpoint's step (training's layout when installed)."""
-    try:
-        from resilient_slurm.training.layout import latest_committed_step  # type: ignore
-    except ImportError:
-        latest_committed_step = None
-    if latest_committed_step is not None:
-        try:
-            return latest_committed_step(checkpoint_dir)  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
-    best = None
-    for marker in glob.glob(os.path.join(checkpoint_dir, "*", "COMMITTED")):
-        m = re.search(r"(\d+)$", os.path.basename(os.path.dirname(marker)))
-        if m and (best is None or int(m.group(1)) > best):
-            best = int(m.group(1))
-    return best
 
 
 class Supervisor:
@@ -100,6 +91,7 @@ class Supervisor:
         self.signal = Signal.NONE
         self.kill_wait = 30.0
         self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
+        self.said_no_signal = False
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -110,8 +102,26 @@ class Supervisor:
         ledger.save(self.cfg.state_dir, self.led)
 
     def _progress_step(self) -> int | None:
-        """The training's progress now (the one call the no-progress rule reads)."""
-        return committed_step(self.cfg.checkpoint_dir)
+        """The training's progress now (the one call the no-progress rule reads): step
+        reports or the newest complete checkpoint in any layout (``progress.observe``)."""
+        return progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                                self.cfg.checkpoint_marker).step
+
+    def _record_progress(self) -> int | None:
+        """Count a finished cycle toward the no-progress rule, only when a progress signal
+        exists: restarts alone never lead to a no-progress verdict (said once in the log)."""
+        p = progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                             self.cfg.checkpoint_marker)
+        if p.known:
+            self.led.record_progress(p.step)
+        elif not self.said_no_signal:
+            self.said_no_signal = True
+            why = ("no progress signal (no step reports, no complete checkpoint under "
+                   f"{self.cfg.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
+                   "verdict is off; failed cycles are requeued until --max-requeues is spent")
+            self.log.emit("no_progress_signal", detail=why)
+            print(f"resilient-launch: {why}", flush=True)
+        return p.step
 
     def _state(self, phase: Phase, usable: int, blamed: int = 0) -> policy.State:
         return policy.State(phase, self.signal, usable, self.cfg.min_nodes, blamed,
@@ -140,11 +150,9 @@ class Supervisor:
             self.led.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
-            step = self._progress_step()
+            step = self._record_progress()
             if rc == 0 and not stopped:
-                self.led.record_progress(step)
                 return self._act(policy.decide(self._state(Phase.COMPLETED, len(nodes))))
-            self.led.record_progress(step)
             self._save()
             if self.signal is not Signal.NONE:
                 self.log.emit("fault", type="signal", signal=self.signal.value,
@@ -161,8 +169,7 @@ class Supervisor:
                 self.led.exclude(node, "; ".join(why))
             self._save()
             survivors = [n for n in nodes if n not in decision.blamed]
-            prefer = bool(set(self.slow) & set(decision.blamed)) and self.cfg.straggler \
-                is not None and self.cfg.straggler.policy == "requeue"
+            prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
             self.slow = {}
             d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
                                                   len(decision.blamed)), prefer_requeue=prefer))
@@ -200,37 +207,42 @@ class Supervisor:
         for path, text in cyc.files:
             atomic_write(path, text)
         started = time.time()
-        watch = straggler.Watch(self.cfg.straggler, nodes) if self.cfg.straggler else None
-        tail = straggler.Tail(self.events_path)
+        mon = straggler.Monitor(self.cfg.straggler, nodes, self.events_path) \
+            if self.cfg.straggler else None
         self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cyc.endpoint,
                       rdzv_id=cyc.rdzv_id, committed_step=self._progress_step(),
                       argv=list(cyc.argv))
         self.proc = subprocess.Popen(list(cyc.argv), env=self.env)  # noqa: S603 - argv list
-        stopped = self._watch(nodes, started, cyc.record_dir, watch, tail)
+        stopped = self._watch(nodes, started, cyc.record_dir, mon)
         rc = self.proc.wait()
         self.proc = None
         recs = evidence.exit_records(cyc.record_dir)
         self.log.emit("cycle_end", cycle=n, rc=rc, stopped=stopped or None,
                       duration_s=round(time.time() - started, 2),
-                      straggler_ratio_max=round(watch.highest, 3) if watch else None,
+                      straggler_ratio_max=round(mon.highest, 3) if mon else None,
                       node_rc={k: v.get("rc") for k, v in recs.items()})
         return rc, stopped, cycle_dir, started
 
     def _watch(self, nodes: list[str], since: float, record_dir: str,
-               watch: straggler.Watch | None = None,
-               tail: straggler.Tail | None = None) -> str:
+               mon: straggler.Monitor | None = None) -> str:
         """Wait for the step; stop it early on a signal, a node fault (a health verdict
         ``fail``, an ``rhc:`` drain, a node Slurm calls down) or a straggler verdict."""
         assert self.proc is not None
         last_check = time.monotonic()
+        tail = observe.EventTail(self.events_path, since)
         while self.proc.poll() is None:
             time.sleep(self.cfg.watch_interval)
             why = ""
+            spent = observe.restarts_in_cycle(tail.read(), since)
+            limit = self.cfg.max_restarts
             if self.signal is not Signal.NONE:
                 why = f"{self.signal.value} received"
-            elif watch is not None and tail is not None and self._straggler(watch, tail):
-                why = "straggler: " + "; ".join(f"{n} {v.evidence}"
-                                                for n, v in sorted(self.slow.items()))
+            elif mon is not None and (stop := mon.poll(self.log)):
+                self.slow.update(stop)
+                why = straggler.stop_reason(self.slow)
+            elif limit is not None and spent > limit:
+                why = (f"in-job restart budget spent: {spent} restarts of the job > "
+                       f"--max-restarts {limit}")
             elif time.monotonic() - last_check >= self.cfg.state_check_interval:
                 last_check = time.monotonic()
                 why = self._node_fault(nodes, since)
@@ -239,25 +251,6 @@ class Supervisor:
                 self._stop_step(record_dir)
                 return why
         return ""
-
-    def _straggler(self, watch: straggler.Watch, tail: straggler.Tail) -> bool:
-        """Feed the training's new ``step_timing`` events to the verdict; True when a node
-        was found slow and the policy says stop (``warn`` only reports it, once)."""
-        j = watch.feed(tail.read())
-        if j is None:
-            return False
-        new = watch.fresh(j)
-        assert self.cfg.straggler is not None
-        policy_name = self.cfg.straggler.policy
-        for v in new:
-            self.log.emit("straggler", action=policy_name, factor=self.cfg.straggler.factor,
-                          window=self.cfg.straggler.window, **v.as_dict())
-            print(f"resilient-launch: straggler {v.node}: {v.evidence} ({policy_name})",
-                  flush=True)
-        if not new or policy_name == "warn":
-            return False
-        self.slow.update({v.node: v for v in new})
-        return True
 
     def _node_fault(self, nodes: list[str], since: float) -> str:
         evs = [blame.NodeEvidence(node=n, slurm_state=s, drain_reason=r if "DRAIN" in s else "")
@@ -346,14 +339,7 @@ class Supervisor:
                               {n: v.evidence for n, v in self.slow.items()})
         decision = blame.decide(evs, self.led.strikes, self.cfg.max_strikes,
                                 self.cfg.max_blame_share)
-        for ev in evs:
-            if ev.slow:  # drained only by the hooks, and only when they found a cause
-                cause = [r for r in blame.strong_reasons(ev) if r != ev.slow]
-                self.log.emit("straggler_cause", node=ev.node, drained=bool(cause),
-                              cause="; ".join(cause) or None,
-                              detail="the hooks found a cause" if cause else
-                              "no cause found by the hooks' verdict "
-                              f"({ev.verdict or 'none published'}): reported, not drained")
+        straggler.report_causes(self.log, evs)  # drained only by the hooks, for a cause
         for node in decision.strikes:
             self.led.strike(node)
         self._save()

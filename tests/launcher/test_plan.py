@@ -189,3 +189,8 @@ def test_detect_features_on_the_installed_nvrx() -> None:
                          timeout=120, check=False)
     assert out.returncode == 0 and "deprecated" not in out.stderr.replace("pynvml package is "
                                                                           "deprecated", "")
+
+
+def test_ft_launchers_budget_leaves_the_job_budget_to_the_supervisor() -> None:
+    assert plan.ft_restart_budget(0) == 0
+    assert plan.ft_restart_budget(3) == 4

@@ -111,3 +111,9 @@ def test_report_step_outside_launcher_is_a_no_op(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RESILIENT_EVENTS_FILE", str(tmp_path))  # a directory: cannot write
     monkeypatch.setenv("RANK", "0")
     progress.report_step(3)  # the training goes on
+
+
+def test_a_peers_connection_error_is_a_consequence() -> None:
+    line = ("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:553] Connection closed by peer [127.0.0.1]:22430. This is typically caused")
+    assert observe.parse_line(line) == ("peer_lost", {"rank": 0})

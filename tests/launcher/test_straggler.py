@@ -260,3 +260,44 @@ def test_report_shows_node_speed_and_when_the_straggler_was_removed() -> None:
     requeued = [*events[:3], {"kind": "requeue", "ts": 120.0, "excluded": ["n3"]}]
     assert render_speed(requeued, 100.0)[-1].endswith("removed at +20.0s (requeue excluding it)")
     assert render_speed(events[2:3], 100.0) == []
+
+
+def test_monitor_reads_new_events_and_reports_each_straggler_once(tmp_path) -> None:
+    import json
+
+    from resilient_slurm.launcher.straggler import Monitor
+
+    p = tmp_path / "ev.jsonl"
+    p.write_text(json.dumps({"kind": "step_timing", "step": 10, "steps": 10,
+                             "nodes": {"a": {"compute_s": 9.0, "wait_s": 0.0},
+                                       "b": {"compute_s": 0.1, "wait_s": 0.0}}}) + "\n")
+    m = Monitor(Settings(factor=1.3, window=10), ["a", "b"], str(p))
+    assert m.check() == []  # what was there before the cycle is not this cycle's
+    line = {"kind": "step_timing", "step": 20, "steps": 10,
+            "nodes": {"a": {"compute_s": 0.1, "wait_s": 0.1},
+                      "b": {"compute_s": 0.3, "wait_s": 0.0}}}
+    with open(p, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    (v,) = m.check()
+    assert v.node == "b" and m.highest == pytest.approx(3.0)
+    with open(p, "a") as fh:
+        fh.write(json.dumps({**line, "step": 30}) + "\n")
+    assert m.check() == []
+
+
+def test_stop_reason_prefers_requeue_and_cause() -> None:
+    from resilient_slurm.launcher.straggler import cause, prefers_requeue, stop_reason
+
+    (v,) = judge(run([SLOW3] * 5), S).verdicts
+    assert stop_reason({"n3": v}) == "straggler: n3 " + v.evidence
+    req = Settings(policy="requeue")
+    assert prefers_requeue(req, ["n3"], ["n3", "n1"])
+    assert not prefers_requeue(req, ["n3"], ["n1"])  # the straggler was not blamed
+    assert not prefers_requeue(Settings(policy="exclude"), ["n3"], ["n3"])
+    assert not prefers_requeue(None, ["n3"], ["n3"])
+    assert cause("n3", [], "") == {
+        "node": "n3", "drained": False, "cause": None,
+        "detail": "no cause found by the hooks' verdict (none published): reported, not drained"}
+    assert cause("n3", [], "ok")["detail"].startswith("no cause found by the hooks' verdict (ok)")
+    got = cause("n3", ["health verdict fail: CLOCKS_THROTTLED"], "fail")
+    assert got["drained"] and got["cause"] == "health verdict fail: CLOCKS_THROTTLED"
