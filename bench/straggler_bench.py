@@ -1,10 +1,13 @@
 """Goodput with one node slowed 2x from step 10: with and without the straggler verdict.
 
-On a private 3-node sandbox, the same resilient-launch job (``sbatch/train_fsdp.py``, FSDP2 on
-gloo) runs three times: fault-free (the reference throughput), with node3 computing 2x slower
-from step 10 and ``--on-straggler warn`` (the verdict is reported, nothing is done: the job
-crawls at the straggler's pace), and the same with ``--on-straggler exclude --min-nodes 2``
-(the cycle is stopped, node3 left out, training goes on on two nodes). Printed per run: wall
+On a private 4-node sandbox, the same resilient-launch job (``sbatch/train_fsdp.py``, FSDP2 on
+gloo, 6 virtual shards: 2 rounds per step on 4 nodes and on 3, so leaving a node out costs no
+extra rounds; with 3 shards on 3 nodes, 2 survivors would need 2 rounds per step, as slow as
+the straggler) runs three times: fault-free (the reference throughput), with node4 computing
+2x slower from step 10 and ``--on-straggler warn`` (the verdict is reported, nothing is done:
+the job crawls at the straggler's pace), and the same with ``--on-straggler exclude
+--min-nodes 3``
+(the cycle is stopped, node4 left out, training goes on on three nodes). Printed per run: wall
 time, steps per second over the whole job (the goodput that matters here; the report's
 goodput, productive / wall, counts slow steps as productive and is shown too), steps per
 second before the slowdown (steps 2-10),
@@ -61,11 +64,12 @@ def one(c: harness.Cluster, name: str, work: str, steps: int, launch: list[str],
     ckpt = os.path.join(work, "ckpt")
     state = os.path.join(ckpt, ".resilient")
     common = ["--checkpoint-dir", ckpt, f"--steps={steps}", "--checkpoint-every=5",
-              "--step-sleep=0.2", "--threads=1", "--log-every=1", "--step-timing-every=5"]
+              "--step-sleep=0.2", "--threads=1", "--log-every=1", "--step-timing-every=5",
+              "--virtual-dp=6"]
     script = job_script(work, launch, [*common, *train])
     c.reset_nodes()
     out = os.path.join(work, "slurm-%j.out")
-    jid = int(c.slurm.submit(str(script), ["--nodes=3", "--nodelist=node[1-3]",
+    jid = int(c.slurm.submit(str(script), ["--nodes=4", "--nodelist=node[1-4]",
                                            f"--output={out}", "--requeue",
                                            "--open-mode=append"], env=c.env))
     t0 = time.monotonic()
@@ -114,17 +118,17 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="rs-straggler-bench-")
     os.chmod(root, 0o755)  # the sandbox's munge and slurm users must reach into it
     work = os.path.join(root, "work")
-    slow = [f"--fault=slow@{SLOW_FROM}@node3:2"]
+    slow = [f"--fault=slow@{SLOW_FROM}@node4:2"]
     launch = [f"--straggler-window={a.window}"]
     rows = []
     try:
-        with harness.sandbox(os.path.join(root, "sbx"), nodes=3) as c:
+        with harness.sandbox(os.path.join(root, "sbx"), nodes=4) as c:
             rows.append(one(c, "fault-free", os.path.join(work, "a"), a.steps,
                             [*launch, "--on-straggler=warn"], []))
             rows.append(one(c, "slow, no verdict (warn)", os.path.join(work, "b"), a.steps,
                             [*launch, "--on-straggler=warn"], slow))
             rows.append(one(c, "slow, verdict (exclude)", os.path.join(work, "c"), a.steps,
-                            [*launch, "--on-straggler=exclude", "--min-nodes=2"], slow))
+                            [*launch, "--on-straggler=exclude", "--min-nodes=3"], slow))
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
