@@ -26,8 +26,9 @@ EPILOG = """\b
 Exit codes:
   0  training completed
   2  usage or configuration error (also: not inside a Slurm allocation)
-  3  no-progress verdict: no new committed checkpoint across --no-progress-limit
-     cycles/requeues (a deterministic crash); not requeued
+  3  no-progress verdict: no new step report or complete checkpoint across
+     --no-progress-limit cycles/requeues (a deterministic crash); not requeued.
+     Never issued without a progress signal (the log says so)
   4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
      (requeue-unconfirmed: the controller did not answer in time; it may still take it)
   5  requeued: Slurm restarts this batch script, blamed nodes excluded
@@ -56,6 +57,14 @@ def _default_ckpt(args: tuple[str, ...]) -> str | None:
     return None
 
 
+def default_state_dir(env: dict[str, str], job_id: int, ckpt: str | None) -> str:
+    """CHECKPOINT_DIR/.resilient, else .resilient-JOBID in the submit directory (shared by
+    the job's requeues, which keep the job id)."""
+    if ckpt:
+        return os.path.join(ckpt, ".resilient")
+    return os.path.join(env.get("SLURM_SUBMIT_DIR") or os.getcwd(), f".resilient-{job_id}")
+
+
 def _die(msg: str) -> None:
     click.echo(f"resilient-launch: error: {msg}", err=True)
     sys.exit(EXIT_USAGE)
@@ -70,7 +79,8 @@ def _die(msg: str) -> None:
 @click.option("--min-nodes", type=click.IntRange(1), default=None,
               help="Fewest nodes to train on before requeueing [default: all allocated].")
 @click.option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
-              help="In-job restarts per cycle (ft_launcher --max-restarts).")
+              help="In-job restarts (ft_launcher) per cycle, counted for the whole job: one "
+                   "fault is one restart however many nodes restart for it.")
 @click.option("--max-requeues", type=click.IntRange(0), default=3, show_default=True,
               help="Requeues allowed; SLURM_RESTART_COUNT never exceeds it.")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1), default=60.0,
@@ -80,13 +90,15 @@ def _die(msg: str) -> None:
 @click.option("--term-timeout", type=click.FloatRange(min=0.1), default=10.0,
               show_default=True, help="Seconds between SIGTERM and SIGKILL of ranks.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
-              help="Training checkpoints (progress is read from here) [default: the "
-                   "script's own --checkpoint-dir].")
+              help="Where the script saves checkpoints, in any common layout (progress is "
+                   "read from here) [default: the script's own --checkpoint-dir, else none].")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="Launcher state on shared storage [default: CHECKPOINT_DIR/.resilient].")
+              envvar="RESILIENT_LAUNCH_STATE_DIR",
+              help="Launcher state on shared storage [default: CHECKPOINT_DIR/.resilient, "
+                   "else SLURM_SUBMIT_DIR/.resilient-JOBID].")
 @click.option("--no-progress-limit", type=click.IntRange(1), default=3, show_default=True,
-              help="Stop (exit 3) after this many failed cycles/requeues in a row without a "
-                   "new committed checkpoint.")
+              help="Stop (exit 3) after this many failed cycles/requeues in a row without "
+                   "progress (a higher reported step or a newer complete checkpoint).")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
 @click.option("--verdict-path", default=published.DEFAULT_PATH, show_default=True,
@@ -99,6 +111,10 @@ def _die(msg: str) -> None:
                                       "shared fault (storage, network) and blames none.")
 @click.option("--health-timeout", type=click.FloatRange(min=1), default=30.0,
               show_default=True, help="Seconds reading the published verdicts may take.")
+@click.option("--checkpoint-marker", default=None, metavar="NAME",
+              help="The file your script writes into a checkpoint directory once it is "
+                   "complete (besides the known ones: DCP .metadata, COMMITTED, DONE, "
+                   "_SUCCESS, Megatron, Lightning, NVRx local).")
 @click.option("--ft-arg", "ft_args", multiple=True, metavar="FLAG",
               help="Extra ft_launcher flag, passed through (repeat), e.g. "
                    "--ft-arg=--ft-restart-policy=min-healthy.")
@@ -113,13 +129,14 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          min_nodes: int | None, max_restarts: int, max_requeues: int, heartbeat_timeout: float,
          initial_heartbeat_timeout: float, term_timeout: float, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str, max_blame_share: float, health_timeout: float, ft_args: tuple[str, ...],
+         verdict_path: str, max_blame_share: float, health_timeout: float,
+         checkpoint_marker: str | None, ft_args: tuple[str, ...],
          srun_args: tuple[str, ...], ft_launcher: str, dry_run: bool) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
     \b
     In an sbatch script, instead of `srun torchrun --nproc-per-node 8 train.py ...`:
-      resilient-launch --nproc-per-node 8 --min-nodes 30 train.py --checkpoint-dir /ckpt
+      exec resilient-launch --nproc-per-node 8 train.py --lr 3e-4
     """
     env = dict(os.environ)
     try:
@@ -127,23 +144,21 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     except plan.PlanError as exc:
         _die(str(exc))
     ckpt = checkpoint_dir or _default_ckpt(args)
-    if not ckpt:
-        _die("--checkpoint-dir is required (or pass --checkpoint-dir to the script)")
-    assert ckpt is not None
-    ckpt = os.path.abspath(ckpt)
-    sdir = os.path.abspath(state_dir or os.path.join(ckpt, ".resilient"))
+    ckpt = os.path.abspath(ckpt) if ckpt else None
+    sdir = os.path.abspath(state_dir or default_state_dir(env, alloc.job_id, ckpt))
     if min_nodes is not None and min_nodes > len(alloc.nodes):
         _die(f"--min-nodes {min_nodes} > {len(alloc.nodes)} allocated node(s)")
     opts = plan.LaunchOptions(
         script=script, script_args=args, module=module, nproc_per_node=nproc_per_node,
-        max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
+        max_restarts=plan.ft_restart_budget(max_restarts), heartbeat_timeout=heartbeat_timeout,
         initial_heartbeat_timeout=initial_heartbeat_timeout, term_timeout=term_timeout,
         ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
     cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
                    min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
-                   health_timeout=health_timeout)
+                   health_timeout=health_timeout, checkpoint_marker=checkpoint_marker,
+                   max_restarts=max_restarts)
     try:
         feats = plan.detect_features(ft_launcher)
     except plan.PlanError as exc:
@@ -180,8 +195,8 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
          + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
     echo(f"nvidia-resiliency-ext {feats.version or '?'}: "
          + ", ".join(f"{k}={feats.flag(k) or '-'}" for k in plan.FT_FLAGS))
-    echo(f"checkpoints: {cfg.checkpoint_dir}; state: {cfg.state_dir}; budgets: "
-         f"{opts.max_restarts} in-job restarts/cycle, {cfg.max_requeues} requeues, "
+    echo(f"checkpoints: {cfg.checkpoint_dir or 'none'}; state: {cfg.state_dir}; budgets: "
+         f"{cfg.max_restarts} in-job restarts/cycle (job), {cfg.max_requeues} requeues, "
          f"no-progress limit {cfg.no_progress_limit}, {cfg.max_strikes} strikes")
     if len(nodes) < cfg.min_nodes:
         echo("plan: too few usable nodes: requeue with exclusions")

@@ -36,6 +36,7 @@ from typing import IO
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write_json
+from resilient_slurm.launcher import observe
 
 LOCAL_ADDR = "{local_addr}"
 NODE = "{node}"
@@ -70,7 +71,8 @@ def hang_report(line: str) -> dict[str, object] | None:
 
 
 def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
-    """Copy ``stream`` to our stderr; emit ``hang_detected`` for each rank monitor report."""
+    """Copy ``stream`` to our stderr; emit an event for each line ``observe`` recognises
+    (hang reports, failed workers, restarts, rendezvous rounds, first heartbeats)."""
     out = sys.stderr.buffer
     for raw in iter(stream.readline, b""):  # never stop draining: a full pipe blocks training
         try:
@@ -78,12 +80,13 @@ def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
             out.flush()
         except OSError:
             pass
-        report = hang_report(raw.decode("utf-8", "replace"))
-        if report is not None:
+        seen = observe.parse_line(raw.decode("utf-8", "replace"))
+        if seen is not None:
             try:
-                events.emit("hang_detected", **report)
+                events.emit(seen[0], **seen[1])
             except OSError as exc:  # the events file is an aid; the relay must go on
-                print(f"resilient-launch node: cannot record a hang: {exc}", file=sys.stderr)
+                print(f"resilient-launch node: cannot record {seen[0]}: {exc}",
+                      file=sys.stderr)
 
 
 def read_addrs(path: str) -> dict[str, str]:

@@ -28,7 +28,6 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
     "ignore_missing_cfg": ("--ignore-missing-fault-tol-cfg",),
     "term_timeout": ("--term-timeout",),
     "workers_stop_timeout": ("--workers-stop-timeout",),
-    "monitor_interval": ("--monitor-interval",),
     "workload_check_interval": ("--ft-workload-check-interval",
                                 "--ft-param-workload_check_interval"),
     "restart_check_interval": ("--ft-restart-check-interval",
@@ -74,13 +73,15 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Features:
-    """The options the installed ``ft_launcher`` accepts."""
+    """The options the installed ``ft_launcher`` accepts (less those it calls deprecated)."""
 
     flags: frozenset[str]
     version: str = ""
+    deprecated: frozenset[str] = frozenset()
 
     def flag(self, name: str) -> str | None:
-        return next((f for f in FT_FLAGS[name] if f in self.flags), None)
+        return next((f for f in FT_FLAGS[name] if f in self.flags and f not in self.deprecated),
+                    None)
 
 
 def parse_help(text: str) -> frozenset[str]:
@@ -88,9 +89,21 @@ def parse_help(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", text))
 
 
+# NVRx warns "Argument --X is deprecated ..." for each deprecated flag on its command line,
+# before argparse handles --help: one ``--help`` run with every spelling we might pass names them.
+DEPRECATED_LINE = re.compile(r"Argument (--[\w-]+) is deprecated")
+
+
+def parse_deprecated(text: str) -> frozenset[str]:
+    """The flags an ``ft_launcher --help FLAG...`` run warned about as deprecated."""
+    return frozenset(DEPRECATED_LINE.findall(text))
+
+
 def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> Features:
-    """Run ``ft_launcher --help`` and read which flags this NVRx release has."""
-    out = proc.run([ft_launcher, "--help"], timeout=timeout)
+    """Run ``ft_launcher --help`` and read which flags this NVRx release has (and which of
+    the spellings we know it calls deprecated)."""
+    spellings = sorted({f for names in FT_FLAGS.values() for f in names})
+    out = proc.run([ft_launcher, "--help", *spellings], timeout=timeout)
     if not out.ok:
         raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
                         "install nvidia-resiliency-ext>=0.4.1")
@@ -101,7 +114,7 @@ def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> 
         version = _version("nvidia-resiliency-ext")
     except Exception:  # noqa: BLE001 - the version is informative only
         pass
-    return Features(parse_help(out.stdout + out.stderr), version)
+    return Features(parse_help(out.stdout), version, parse_deprecated(out.stderr))
 
 
 @dataclass
@@ -133,6 +146,17 @@ def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tup
         return (lo, hi) if 0 < lo <= hi <= 65535 else EPHEMERAL_DEFAULT
     except (OSError, ValueError):
         return EPHEMERAL_DEFAULT
+
+
+def ft_restart_budget(max_restarts: int) -> int:
+    """ft_launcher's own ``--max-restarts`` for a per-job budget of ``max_restarts``.
+
+    ft_launcher counts per node (an agent spends one only when its own workers failed), so
+    faults spread over nodes could outlast the user's budget. The supervisor counts restarts
+    of the whole job (rendezvous rounds) and stops the cycle past the budget; each node's
+    ft_launcher gets one more so it never gives up first (0 stays 0: the first fault ends
+    the cycle either way)."""
+    return max_restarts + 1 if max_restarts > 0 else 0
 
 
 def rdzv_port(alloc: Allocation, cycle: int,
@@ -174,8 +198,10 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     add("ignore_missing_cfg")
     add("term_timeout", _num(opts.term_timeout))
     add("workers_stop_timeout", _num(opts.term_timeout))
-    add("monitor_interval", 1)
-    add("workload_check_interval", 1)  # NVRx checks heartbeats every 5 s by default
+    # No --monitor-interval: ft_launcher's own (0.1 s in 0.4.1) finds a dead rank soonest.
+    # NVRx checks heartbeats every 5 s by default; 0.25 s finds a hang (and its last heartbeat,
+    # the report less the timeout) within a quarter second, for a negligible cost.
+    add("workload_check_interval", 0.25)
     if log_dir:
         add("log_dir", log_dir)
     argv += list(opts.ft_args)

@@ -23,9 +23,7 @@ may save, and are killed only after ``--term-timeout``.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import signal
 import subprocess
 import time
@@ -34,7 +32,16 @@ from dataclasses import dataclass, replace
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.launcher import blame, evidence, ledger, plan, policy, published
+from resilient_slurm.launcher import (
+    blame,
+    evidence,
+    ledger,
+    observe,
+    plan,
+    policy,
+    progress,
+    published,
+)
 from resilient_slurm.launcher.policy import Action, Phase, Signal
 from resilient_slurm.launcher.requeue import budget_for, requeue_excluding
 from resilient_slurm.slurm import SlurmBackend, SlurmError
@@ -49,7 +56,7 @@ VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
 
 @dataclass
 class Settings:
-    checkpoint_dir: str
+    checkpoint_dir: str | None  # None: progress from step reports only
     state_dir: str
     min_nodes: int
     max_requeues: int = 3
@@ -61,25 +68,8 @@ class Settings:
     health_timeout: float = 30.0
     watch_interval: float = 1.0
     state_check_interval: float = 5.0
-
-
-def committed_step(checkpoint_dir: str) -> int | None:
-    """The latest complete checkpoint's step (training's layout when installed)."""
-    try:
-        from resilient_slurm.training.layout import latest_committed_step  # type: ignore
-    except ImportError:
-        latest_committed_step = None
-    if latest_committed_step is not None:
-        try:
-            return latest_committed_step(checkpoint_dir)  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
-    best = None
-    for marker in glob.glob(os.path.join(checkpoint_dir, "*", "COMMITTED")):
-        m = re.search(r"(\d+)$", os.path.basename(os.path.dirname(marker)))
-        if m and (best is None or int(m.group(1)) > best):
-            best = int(m.group(1))
-    return best
+    checkpoint_marker: str | None = None  # the user's own completion-marker file name
+    max_restarts: int | None = None  # in-job restarts per cycle, counted for the whole job
 
 
 class Supervisor:
@@ -98,6 +88,7 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signal = Signal.NONE
         self.kill_wait = 30.0
+        self.said_no_signal = False
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -108,8 +99,26 @@ class Supervisor:
         ledger.save(self.cfg.state_dir, self.led)
 
     def _progress_step(self) -> int | None:
-        """The training's progress now (the one call the no-progress rule reads)."""
-        return committed_step(self.cfg.checkpoint_dir)
+        """The training's progress now (the one call the no-progress rule reads): step
+        reports or the newest complete checkpoint in any layout (``progress.observe``)."""
+        return progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                                self.cfg.checkpoint_marker).step
+
+    def _record_progress(self) -> int | None:
+        """Count a finished cycle toward the no-progress rule, only when a progress signal
+        exists: restarts alone never lead to a no-progress verdict (said once in the log)."""
+        p = progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                             self.cfg.checkpoint_marker)
+        if p.known:
+            self.led.record_progress(p.step)
+        elif not self.said_no_signal:
+            self.said_no_signal = True
+            why = ("no progress signal (no step reports, no complete checkpoint under "
+                   f"{self.cfg.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
+                   "verdict is off; failed cycles are requeued until --max-requeues is spent")
+            self.log.emit("no_progress_signal", detail=why)
+            print(f"resilient-launch: {why}", flush=True)
+        return p.step
 
     def _state(self, phase: Phase, usable: int, blamed: int = 0) -> policy.State:
         return policy.State(phase, self.signal, usable, self.cfg.min_nodes, blamed,
@@ -138,11 +147,9 @@ class Supervisor:
             self.led.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
-            step = self._progress_step()
+            step = self._record_progress()
             if rc == 0 and not stopped:
-                self.led.record_progress(step)
                 return self._act(policy.decide(self._state(Phase.COMPLETED, len(nodes))))
-            self.led.record_progress(step)
             self._save()
             if self.signal is not Signal.NONE:
                 self.log.emit("fault", type="signal", signal=self.signal.value,
@@ -212,11 +219,17 @@ class Supervisor:
         ``fail``, an ``rhc:`` drain, a node Slurm calls down)."""
         assert self.proc is not None
         last_check = time.monotonic()
+        tail = observe.EventTail(self.events_path, since)
         while self.proc.poll() is None:
             time.sleep(self.cfg.watch_interval)
             why = ""
+            spent = observe.restarts_in_cycle(tail.read(), since)
+            limit = self.cfg.max_restarts
             if self.signal is not Signal.NONE:
                 why = f"{self.signal.value} received"
+            elif limit is not None and spent > limit:
+                why = (f"in-job restart budget spent: {spent} restarts of the job > "
+                       f"--max-restarts {limit}")
             elif time.monotonic() - last_check >= self.cfg.state_check_interval:
                 last_check = time.monotonic()
                 why = self._node_fault(nodes, since)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -145,3 +147,50 @@ def test_resized_env_matches_the_released_allocation() -> None:
     assert out["HOME"] == "/h" and env["SLURM_NNODES"] == "4"  # the input is left alone
     odd = plan.resized_env({**env, "SLURM_JOB_CPUS_PER_NODE": "weird"}, ["n1", "n2"], ["n1"])
     assert "SLURM_JOB_CPUS_PER_NODE" not in odd
+
+
+# What NVRx 0.4.1's ``ft_launcher --help --ignore-missing-fault-tol-cfg ...`` prints on stderr.
+DEPRECATION_041 = """launcher.py:1091: UserWarning: Argument --ignore-missing-fault-tol-cfg is \
+deprecated and will be removed in NVRx v0.5
+  warnings.warn(f"Argument {arg} is deprecated and will be removed in NVRx v0.5")
+launcher.py:1091: UserWarning: Argument --ft-param-initial_rank_heartbeat_timeout is deprecated \
+and will be removed in NVRx v0.5
+"""
+
+
+def test_deprecated_flags_are_never_passed() -> None:
+    f = plan.Features(plan.parse_help(HELP_041), "0.4.1", plan.parse_deprecated(DEPRECATION_041))
+    assert f.deprecated == {"--ignore-missing-fault-tol-cfg",
+                            "--ft-param-initial_rank_heartbeat_timeout"}
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 2, "h:1", "r")
+    assert not set(argv) & f.deprecated
+    assert not any(a.startswith(tuple(f.deprecated)) for a in argv)
+    assert "--ft-initial-rank-heartbeat-timeout=300" in argv  # the current spelling instead
+
+
+def test_monitor_interval_is_ft_launchers_own() -> None:
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), feats(HELP_041), 2, "h:1", "r")
+    assert not any(a.startswith("--monitor-interval") for a in argv)
+
+
+def test_detect_features_on_the_installed_nvrx() -> None:
+    import shutil
+    import sys
+
+    exe = shutil.which("ft_launcher") or os.path.join(os.path.dirname(sys.executable),
+                                                      "ft_launcher")
+    if not os.path.exists(exe):
+        pytest.skip("nvidia-resiliency-ext not installed")
+    f = plan.detect_features(exe)
+    assert f.flag("heartbeat") and f.flag("term_timeout")
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 1, "h:1", "r")
+    # run the very flags we pass (less the script): no deprecation warning from NVRx
+    out = subprocess.run([exe, "--help", *argv[1:-1]], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0 and "deprecated" not in out.stderr.replace("pynvml package is "
+                                                                          "deprecated", "")
+
+
+def test_ft_launchers_budget_leaves_the_job_budget_to_the_supervisor() -> None:
+    assert plan.ft_restart_budget(0) == 0
+    assert plan.ft_restart_budget(3) == 4
