@@ -63,6 +63,7 @@ def up(nodes: int, hooks: bool, timing: str, user: str, root: str) -> None:
         _fail(exc)
     click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root} ({timing} timing)")
     click.echo(f"job user: {account.name} (uid {account.uid}), work dir {account.work_dir}")
+    click.echo(lifecycle.memory_summary(root))
     click.echo(f"SLURM_CONF={paths.conf}")
 
 
@@ -143,7 +144,7 @@ def fault(node: str, scenario: str, root: str) -> None:
 
         scenario = os.path.join(paths.node_dir(node), "repaired.toml")
         atomic_write(scenario, f'base = "healthy-p5"\n[kernel_log]\n'
-                               f'boot_id = "sim-repaired-{time.time_ns()}"\n')
+                               f'boot_id = "sim-repaired-{time.time_ns()}"\n', mode=0o600)
     try:
         path = install_scenario(paths.node_dir(node), scenario)
     except (ConfigError, OSError, ValueError) as exc:

@@ -1,8 +1,9 @@
 """A real Slurm cluster on one host: private munged, slurmctld and N ``slurmd -N nodeK``.
 
-Everything lives under one directory (``--dir``); ports are picked free at start; every daemon
-gets ``SLURM_CONF`` of its own sandbox in its environment, which is how ``down`` finds what
-belongs to this sandbox (daemons, step daemons, job processes) without touching another's.
+Everything lives under one directory (``--dir``); ports are picked free at start. ``down``
+finds what belongs to this sandbox (its recorded daemons, their step daemons and the jobs'
+processes, see :func:`members`) without touching another's, or a shell that merely exported
+this sandbox's ``SLURM_CONF``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import subprocess
 from dataclasses import dataclass, field
 
 from resilient_slurm.fsutil import atomic_write, atomic_write_json, read_json
-from resilient_slurm.sandbox.procs import SandboxError, alive, proc_env
+from resilient_slurm.sandbox.procs import (
+    Proc,
+    SandboxError,
+    all_procs,
+    ancestors,
+    descendants,
+    proc_env,
+)
 
 SLURMCTLD = "slurmctld"
 SLURMD = "slurmd"
@@ -210,17 +218,66 @@ def daemon_env(paths: Paths) -> dict[str, str]:
     return {"PATH": SBIN_PATH, "SLURM_CONF": paths.conf, "HOME": "/root", "LANG": "C.UTF-8"}
 
 
+@dataclass
+class Members:
+    """The live processes of one sandbox, by kind (see :func:`members`)."""
+
+    daemons: list[int]  # munged, slurmctld, slurmd..., the stall helper: in start order
+    step_daemons: list[int]  # slurmstepd of this sandbox's jobs
+    jobs: list[int]  # job processes, and whatever else runs below slurmd or slurmstepd
+    helpers: list[int]  # what slurmctld and munged run themselves (slurmctld's slurmscriptd)
+
+    def all(self) -> list[int]:
+        return [*self.jobs, *self.step_daemons, *self.daemons, *self.helpers]
+
+
+def _is_daemon(paths: Paths, info: Proc) -> bool:
+    argv = info.cmdline
+    if info.exe.startswith("munged"):
+        return f"--socket={paths.munge_socket}" in argv
+    if info.exe.startswith(("slurmctld", "slurmd")):
+        return paths.conf in argv
+    return any(a.endswith("stallhelper.py") for a in argv)
+
+
+def members(paths: Paths) -> Members:
+    """This sandbox's daemons, step daemons and job processes, and nothing else.
+
+    Daemons are the PIDs ``up`` recorded, checked in /proc (a munged on this sandbox's socket,
+    a slurmctld or slurmd reading its slurm.conf). Step daemons are root's ``slurmstepd``
+    processes whose environment (inherited from this sandbox's slurmd) names its slurm.conf.
+    Job processes are everything below those two, plus orphans a slurmstepd of this sandbox
+    started (``SLURMD_NODENAME`` and ``SLURM_JOB_ID`` set, and this ``SLURM_CONF``). A shell or
+    client that merely exported this ``SLURM_CONF`` is none of these.
+    """
+    procs = all_procs()
+    mine = ancestors(os.getpid(), procs)
+    meta = read_json(paths.meta, default={}) if os.path.exists(paths.meta) else {}
+    recorded = [p for p in (meta.get("pids") or []) if isinstance(p, int)]
+    helper = meta.get("stall_helper")
+    if isinstance(helper, int):
+        recorded.append(helper)
+    daemons = [p for p in dict.fromkeys(recorded)
+               if p in procs and p not in mine and _is_daemon(paths, procs[p])]
+    steps = [p for p, info in procs.items()
+             if info.exe.startswith("slurmstepd") and info.uid == 0 and p not in mine
+             and proc_env(p).get("SLURM_CONF") == paths.conf]
+    nodes = [p for p in daemons if procs[p].exe.startswith("slurmd")]
+    below = descendants([*nodes, *steps], procs)
+    helpers = [p for p in descendants(daemons, procs) if p not in below]
+    known = {*below, *helpers, *daemons, *steps, *mine}
+    orphans = [p for p in procs if p not in known and _job_env(proc_env(p), paths.conf)]
+    jobs = [p for p in [*below, *orphans] if p not in mine]
+    return Members(daemons, steps, jobs, [p for p in helpers if p not in mine])
+
+
+def _job_env(env: dict[str, str], conf: str) -> bool:
+    return env.get("SLURM_CONF") == conf and "SLURMD_NODENAME" in env and "SLURM_JOB_ID" in env
+
+
 def sandbox_processes(paths: Paths) -> list[int]:
-    """PIDs of live processes that belong to this sandbox (by their SLURM_CONF)."""
-    me = os.getpid()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        pid = int(entry)
-        if proc_env(pid).get("SLURM_CONF") == paths.conf and alive(pid):
-            pids.append(pid)
-    return pids
+    """PIDs of this sandbox's live daemons, step daemons and job processes (see members)."""
+    return members(paths).all()
 
 
 def write_meta(paths: Paths, data: dict[str, object]) -> None:

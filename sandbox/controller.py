@@ -135,6 +135,10 @@ def controller_stall(root: str, seconds: float, wait: bool = True) -> Stall:
     detached helper sends the SIGCONT, so it happens even if the caller dies meanwhile.
     """
     stall = start_stall(_require_controller(root), seconds)
+    paths = Paths(root)
+    meta = read_meta(paths)
+    meta["stall_helper"] = stall.helper.pid  # so that `down` ends it (which continues slurmctld)
+    write_meta(paths, meta)
     if wait:
         stall.wait()
     return stall

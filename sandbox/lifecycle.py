@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.sandbox import controller, jobuser, rpc
+from resilient_slurm.sandbox import controller, jobuser, privileges, rpc
 from resilient_slurm.sandbox.cluster import (
     Paths,
     Plan,
@@ -18,16 +18,24 @@ from resilient_slurm.sandbox.cluster import (
     Timing,
     daemon_env,
     free_ports,
+    members,
     preflight,
     read_meta,
     render_conf,
-    sandbox_processes,
     slurm_version,
     timing_profile,
     write_meta,
     write_munge_key,
 )
-from resilient_slurm.sandbox.procs import kill_pids, pid_alive, recorded_pids, spawn, wait_for
+from resilient_slurm.sandbox.procs import (
+    kill_pids,
+    memory_kib,
+    pid_alive,
+    read_proc,
+    recorded_pids,
+    spawn,
+    wait_for,
+)
 from resilient_slurm.slurm import SlurmError, connect
 
 DEFAULT_DIR = "/tmp/resilient-slurm-sandbox"
@@ -171,6 +179,7 @@ def up(
     if hooks:
         plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
                                                   profile.health_interval), *plan.extra_conf]
+    privileges.harden(paths, names)
     account = jobuser.prepare(paths, user or DEFAULT_USER)
     atomic_write(paths.conf, render_conf(paths, plan))
     write_munge_key(paths)
@@ -222,6 +231,7 @@ def up(
                        for n in names)
 
         wait_for(all_idle, timeout, "all nodes idle", paths.p("log"))
+        privileges.harden(paths, names)
     except (SandboxError, SlurmError, OSError) as exc:
         down(paths.root, quiet=True)
         raise SandboxError(str(exc)) from None
@@ -260,16 +270,50 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
                 time.sleep(0.2)
         except SlurmError:
             pass  # controller already gone: the kill below still finds everything
-    pids = recorded_pids(meta)
-    # Job processes and step daemons first, then slurmd/slurmctld, munged last.
-    others = [p for p in sandbox_processes(paths) if p not in pids]
-    survivors = kill_pids(others)
-    survivors += kill_pids([p for p in reversed(pids)])
-    survivors += kill_pids([p for p in sandbox_processes(paths) if p not in survivors])
+    # Job processes and step daemons first, then the daemons (slurmd, slurmctld, munged last:
+    # newest first), then anything the daemons left behind (slurmctld's slurmscriptd).
+    found = members(paths)
+    survivors = kill_pids([*found.jobs, *found.step_daemons])
+    for group in _daemon_groups(found.daemons):
+        survivors += kill_pids(group)
+    survivors += kill_pids([p for p in members(paths).all() if p not in survivors])
     meta["pids"] = []
     meta["stopped_at"] = time.time()
     write_meta(paths, meta)
     return survivors
+
+
+def _daemon_groups(pids: Sequence[int]) -> list[list[int]]:
+    """slurmd (and the stall helper), then slurmctld, then munged: each group ends together."""
+    order = {"slurmctld": 1, "munged": 2}
+    groups: list[list[int]] = [[], [], []]
+    for pid in pids:
+        info = read_proc(pid)
+        exe = info.exe if info else ""
+        groups[next((v for k, v in order.items() if exe.startswith(k)), 0)].append(pid)
+    return [g for g in groups if g]
+
+
+def daemon_memory(root: str) -> dict[str, tuple[int, int]]:
+    """(RSS, PSS) in KiB of each running daemon of the sandbox, by role (``node3``, ...)."""
+    daemons = read_meta(Paths(root)).get("daemons")
+    alive = members(Paths(root)).daemons
+    if not isinstance(daemons, dict):
+        return {}
+    return {role: memory_kib(pid) for role, pid in daemons.items() if pid in alive}
+
+
+def memory_summary(root: str) -> str:
+    """One line: what the daemons use (PSS, the honest total for 64 slurmd sharing pages)."""
+    mem = daemon_memory(root)
+    nodes = [v for k, v in mem.items() if k not in ("munged", "slurmctld")]
+    total_rss = sum(r for r, _ in mem.values()) / 1024
+    total_pss = sum(p for _, p in mem.values()) / 1024
+    ctld = mem.get("slurmctld", (0, 0))[1] / 1024
+    per_node = sum(p for _, p in nodes) / 1024 / max(1, len(nodes))
+    return (f"daemons use {total_pss:.0f} MiB (PSS; RSS {total_rss:.0f} MiB): slurmctld "
+            f"{ctld:.1f} MiB, {len(nodes)} slurmd {per_node:.1f} MiB each, munged "
+            f"{mem.get('munged', (0, 0))[1] / 1024:.1f} MiB")
 
 
 def sandbox_timing(root: str) -> Timing:

@@ -6,7 +6,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -28,6 +29,67 @@ def proc_env(pid: int) -> dict[str, str]:
         if sep:
             env[k.decode(errors="replace")] = v.decode(errors="replace")
     return env
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    uid: int
+    exe: str  # basename of /proc/PID/exe ("" when unreadable)
+    cmdline: tuple[str, ...]
+
+
+def read_proc(pid: int) -> Proc | None:
+    """What /proc says about a live, non-zombie ``pid`` (None when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = tuple(a.decode(errors="replace") for a in fh.read().split(b"\0") if a)
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        exe = ""
+    return Proc(pid, int(fields[1]), uid, exe, argv)
+
+
+def all_procs() -> dict[int, Proc]:
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (info := read_proc(int(entry))) is not None:
+            procs[info.pid] = info
+    return procs
+
+
+def descendants(roots: Iterable[int], procs: dict[int, Proc]) -> list[int]:
+    """Every process below ``roots`` in the parent tree (not the roots), parents first."""
+    children: dict[int, list[int]] = {}
+    for info in procs.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    found: list[int] = []
+    todo = list(roots)
+    seen = set(todo)
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def ancestors(pid: int, procs: dict[int, Proc]) -> set[int]:
+    out = set()
+    while pid in procs and pid not in out:
+        out.add(pid)
+        pid = procs[pid].ppid
+    return out
 
 
 def alive(pid: int) -> bool:
@@ -96,3 +158,17 @@ def recorded_pids(meta: dict[str, object]) -> list[int]:
 
 def pid_alive(pid: object) -> bool:
     return isinstance(pid, int) and alive(pid)
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of ``pid`` in KiB; PSS shares pages among the processes mapping them."""
+    values = {"Rss:": 0, "Pss:": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                parts = line.split()
+                if parts and parts[0] in values:
+                    values[parts[0]] = int(parts[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return values["Rss:"], values["Pss:"]
