@@ -61,7 +61,7 @@ def test_one_line_job_record_of_2205() -> None:
     job = _job_from_oneliner(f)
     assert (job.job_id, job.state, job.held, job.restart_count) == (42, "PENDING", True, 2)
     assert job.required == ("node1", "node2", "node3") and job.excluded == ("node7", "node9")
-    assert job.nodes == () and job.requeue
+    assert job.nodes == () and job.requeue and job.extra["user_name"] == "alice"
 
 
 CHILD = """
