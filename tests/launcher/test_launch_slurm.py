@@ -7,6 +7,7 @@ the world size; see ``resilient_slurm.training.ordered_reduce``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -451,3 +452,31 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
     resumed = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
     assert saved and set(resumed) == {saved[0]}, (saved, resumed)
     assert digest in log
+
+
+def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    """An excluded node that an admin resumed and whose published verdict is ok (newer than the
+    exclusion) is readmitted at the next requeue; one still drained, or without a newer ok
+    verdict, stays out."""
+    from resilient_slurm.launcher import plan
+
+    vdir = tmp_path / "verdicts"
+    vdir.mkdir()
+    cfg = sup.Settings(checkpoint_dir=str(tmp_path / "ck"), state_dir=str(tmp_path / "st"),
+                       min_nodes=1, verdict_path=str(vdir / "{node}.json"))
+    alloc = plan.Allocation(job_id=999, nodes=("node1",))
+    s = sup.Supervisor(slurm, alloc, plan.LaunchOptions(script="t.py"),
+                       plan.Features(frozenset()), cfg, {})
+    t0 = time.time()
+    for n in ("node2", "node3", "node4"):
+        s.led.exclude(n, "rhc:XID79", now=t0)
+    slurm.drain("node4", "admin: still broken")
+    try:
+        for n, when in (("node2", t0 + 5), ("node3", t0 - 5), ("node4", t0 + 5)):
+            (vdir / f"{n}.json").write_text(json.dumps(
+                {"format": 1, "node": n, "status": "ok", "codes": [], "time": when}))
+        assert s._readmit() == ["node2"]
+        assert sorted(s.led.excluded) == ["node3", "node4"]
+        assert s.led.usable(["node2", "node3"]) == ["node2"]
+    finally:
+        slurm.resume("node4")
