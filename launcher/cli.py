@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from resilient_slurm.launcher import plan
+from resilient_slurm.launcher import plan, published
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -30,6 +30,7 @@ Exit codes:
      --no-progress-limit cycles/requeues (a deterministic crash); not requeued.
      Never issued without a progress signal (the log says so)
   4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
+     (requeue-unconfirmed: the controller did not answer in time; it may still take it)
   5  requeued: Slurm restarts this batch script, blamed nodes excluded
   143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
      SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
@@ -100,10 +101,11 @@ def _die(msg: str) -> None:
                    "progress (a higher reported step or a newer complete checkpoint).")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
-@click.option("--verdict-path", default="", envvar="RESILIENT_VERDICT_PATH",
-              help="The health verdicts the hooks publish, {node} per node (read on the "
-                   "node when not visible here) [default: none: blame from Slurm state, "
-                   "drains and the step's records].")
+@click.option("--verdict-path", default=published.DEFAULT_PATH, show_default=True,
+              envvar="RESILIENT_VERDICT_PATH",
+              help="The health verdicts the hooks publish ([hooks] verdict_file), {node} per "
+                   "node, read on the node when not visible here; empty: blame from Slurm "
+                   "state, drains and the step's records only.")
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")

@@ -1,7 +1,8 @@
 """The health verdicts the root hooks publish per node, as the job's user reads them.
 
-The HealthCheckProgram and the epilog write each node's latest verdict to a world-readable
-JSON file (``status``: ok | warn | fail | unknown, ``codes``, ``ts``: unix time). The
+The HealthCheckProgram, the prolog and the epilog write each node's latest verdict to a
+world-readable JSON file (format 1, see docs/hooks.md: ``status`` ok | warn | fail | unknown,
+``codes``, ``time``: unix seconds), by default ``DEFAULT_PATH``. The
 launcher's blame reads these (``PATTERN`` with ``{node}``, ``--verdict-path``) instead of
 running root checks as the user. ``python -m resilient_slurm.launcher.published PATTERN``
 prints this node's file as one JSON line (read on the node by ``srun --overlap`` where the
@@ -16,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 STATUSES = ("ok", "warn", "fail", "unknown")
+DEFAULT_PATH = "/var/lib/resilient-slurm/verdicts/{node}.json"  # the hooks' verdict_file
 MAX_BYTES = 256 * 1024
 
 
@@ -36,11 +38,11 @@ def parse(text: str) -> Verdict | None:
         data = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or data.get("format", 1) != 1:
         return None
     status = str(data.get("status", "")).lower()
     try:
-        ts = float(data.get("ts", data.get("time_unix", 0)))
+        ts = float(data.get("time", 0))
     except (TypeError, ValueError):
         return None
     if status not in STATUSES or not ts > 0:

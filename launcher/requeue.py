@@ -1,19 +1,18 @@
 """Requeue the running job with nodes excluded, from inside its own batch script.
 
-``ExcNodeList`` cannot change while the job runs, so: ``requeuehold`` (the job leaves RUNNING;
-this script gets SIGTERM within milliseconds and SIGKILL after KillWait, and the ``scontrol``
-call itself may be killed after the requeue took effect), then ``set_excluded``, then
-``release``. The whole sequence has a budget inside ``KillWait`` and every call its own
-timeout within it; the caller ignores SIGTERM around it. Without nodes to exclude a plain
-``requeue`` is enough.
+``ExcNodeList`` cannot change while the job runs. It can once the job left RUNNING, and a
+requeued job may not start again before ``cred_expire`` (120 s by default) has passed. So:
+a plain ``requeue`` (this script gets SIGTERM within milliseconds, which the caller ignores,
+and SIGKILL after KillWait; the ``scontrol`` call itself may be killed after the requeue took
+effect), then, while the job waits, the ``ExcNodeList`` and request update. The job is never
+held: whatever fails (a call that times out because the controller is stalled, a refused
+update, an unreadable job record), it ends requeued, or not requeued with an error for the
+caller's verdict; it is never left waiting for a release nobody will send. An update that did
+not apply costs one more cycle at most: the requeued launcher's ledger still excludes the
+nodes. The whole sequence has a budget inside ``KillWait`` and every call a timeout within it.
 
-Once ``requeuehold`` may have taken effect, every path ends in a release attempt: a failed
-update, a call that timed out (whose effect may or may not be there), a job record that could
-not be read. The result says what happened; a job left held is reported as such
-(``Result.held``), with the command that releases it.
-
-While held, the request is also made satisfiable again: a required node list
-(``sbatch --nodelist``) loses the excluded nodes (else the job would pend forever on
+The update also makes the request satisfiable again: a required node list (``sbatch
+--nodelist``) loses the excluded nodes (else the job would pend forever on
 ``BadConstraints``), and a job that released nodes while running gets its original node count
 back (``NumNodes=N-N``), since a shrink lowers it for good. The job's own ``ExcNodeList``
 (the user's ``--exclude``) is merged with ours, never replaced.
@@ -32,8 +31,9 @@ HELD_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "REQUEUE_FED
 
 @dataclass(frozen=True)
 class Result:
-    error: str = ""  # "" when the job was requeued and released
-    held: bool = False  # the job may be left held: the user must release it
+    error: str = ""  # "" when the job was requeued and updated
+    requeued: bool = False  # the requeue took (``error`` then says what update did not)
+    unconfirmed: bool = False  # the controller never answered: it may still take effect
 
 
 def budget_for(kill_wait: float) -> float:
@@ -71,39 +71,23 @@ def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
     deadline = time.monotonic() + budget_s
     call = max(1.0, budget_s / 4)
 
-    def left() -> float:
+    def left() -> float:  # each call's timeout: its share, never past the deadline
         return max(0.5, min(call, deadline - time.monotonic()))
 
     def requeued() -> bool:
         job = slurm.job(job_id, timeout=left())
         return job.state in HELD_STATES or job.held
 
-    if not excluded and num_nodes is None and user_excluded is None:
-        err = _retry(lambda: slurm.requeue(job_id, hold=False, timeout=left()), deadline,
-                     call, requeued)
-        return Result(f"requeue: {err}" if err else "")
-    err = _retry(lambda: slurm.requeue(job_id, hold=True, timeout=left()), deadline, call,
+    err = _retry(lambda: slurm.requeue(job_id, hold=False, timeout=left()), deadline, call,
                  requeued)
     if err:
-        # It may have taken effect all the same (a timeout): release whatever happened.
-        _retry(lambda: slurm.release(job_id, timeout=left()), deadline + call, call)
-        return Result(f"requeuehold: {err}", held=_maybe_held(slurm, job_id, left()))
+        return Result(f"requeue: {err}", unconfirmed="no answer" in err)
+    if not excluded and num_nodes is None and user_excluded is None:
+        return Result(requeued=True)
     err = _retry(lambda: _fix_request(slurm, job_id, excluded, user_excluded, num_nodes,
                                       left()), deadline, call)
-    # Release even when the update failed: a held job nobody releases is worse.
-    rel = _retry(lambda: slurm.release(job_id, timeout=left()), deadline + call, call,
-                 lambda: not slurm.job(job_id, timeout=left()).held)
-    if rel:
-        return Result(f"release: {rel}" + (f"; update: {err}" if err else ""),
-                      held=_maybe_held(slurm, job_id, left()))
-    return Result(f"set ExcNodeList/request: {err}" if err else "")
-
-
-def _maybe_held(slurm: SlurmBackend, job_id: int, timeout: float) -> bool:
-    try:
-        return slurm.job(job_id, timeout=timeout).held
-    except Exception:  # noqa: BLE001 - unknown: say it may be held
-        return True
+    return Result(f"requeued, but ExcNodeList/request not updated: {err}" if err else "",
+                  requeued=True)
 
 
 def _fix_request(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],

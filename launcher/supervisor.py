@@ -8,7 +8,8 @@ Exit codes (the contract, also in ``resilient-launch --help``):
 * ``3`` no-progress verdict: no new committed checkpoint across ``--no-progress-limit`` cycles
   or requeues (a deterministic crash); the job is not requeued;
 * ``4`` budget exhausted: a requeue was needed but ``--max-requeues`` is spent (or requeue
-  refused / failed), or too few usable nodes and no requeue left;
+  refused / failed), or too few usable nodes and no requeue left; also ``requeue-unconfirmed``:
+  the controller did not answer the requeue within KillWait (it may still take it);
 * ``5`` requeued: Slurm restarts this batch script (with blamed nodes excluded);
 * ``143`` terminated by SIGTERM (``scancel``, preemption): the training was asked to save and
   the job is left to Slurm (never requeued by us); ``SIGUSR1`` (``--signal=B:USR1@T`` before a
@@ -261,13 +262,14 @@ class Supervisor:
                 raise SlurmError("no task of the step has started yet")
             self.slurm.signal_step(self.alloc.job_id, sid, "TERM", timeout=10)
         except SlurmError as exc:
+            # A job being cancelled refuses step signals: Slurm is signalling the tasks
+            # itself, so they still get their grace. Without any task there is nothing to save.
             self.log.emit("stop_cycle", signalled=False, reason=str(exc))
-            grace = 0
-        try:
-            self.proc.wait(timeout=grace)
+            grace = grace if sid is not None else 0
+        if self.signal is Signal.TERM:  # Slurm SIGKILLs this script KillWait after scancel
+            grace = min(grace, max(1.0, self.kill_wait * 0.7))
+        if self._tasks_ended(record_dir, grace):
             return
-        except subprocess.TimeoutExpired:
-            pass
         if sid is not None:
             try:
                 self.slurm.signal_step(self.alloc.job_id, sid, "KILL", timeout=10)
@@ -276,6 +278,24 @@ class Supervisor:
             except (SlurmError, subprocess.TimeoutExpired):
                 pass
         self.proc.kill()
+
+    def _tasks_ended(self, record_dir: str, timeout: float) -> bool:
+        """Wait until srun ended, or every task that started wrote its exit record (a
+        cancelled job's srun may linger; the saves are what matter)."""
+        assert self.proc is not None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return True
+            started = evidence.step_records(record_dir)
+            if started and set(started) <= set(evidence.exit_records(record_dir)):
+                try:
+                    self.proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                return True
+            time.sleep(0.2)
+        return False
 
     def _release(self, blamed: list[str]) -> None:
         """Give excluded nodes back to Slurm (shrink the running allocation), so they can be
@@ -360,9 +380,12 @@ class Supervisor:
                                 budget_s=budget_for(self.kill_wait),
                                 num_nodes=self.requested_nodes if shrunk else None,
                                 user_excluded=self.led.user_excluded if back else None)
+        if res.unconfirmed:  # a stalled controller may still act on it when it wakes
+            return self._verdict("requeue-unconfirmed", EXIT_BUDGET,
+                                 f"{res.error}; if the controller takes the requeue when it "
+                                 "answers again, the job restarts, else it ends here")
+        if not res.requeued:
+            return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}")
         if res.error:
-            hint = (f"; the job may be left held: `scontrol release {self.alloc.job_id}`"
-                    if res.held else "")
-            return self._verdict("budget-exhausted", EXIT_BUDGET,
-                                 f"requeue failed: {res.error}{hint}")
+            self.log.emit("requeue", done=True, warning=res.error)
         return EXIT_REQUEUED
