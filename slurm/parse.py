@@ -98,7 +98,8 @@ def _job_from_oneliner(f: Mapping[str, str]) -> Job:
             exit_code=_num(f.get("ExitCode", "0").split(":")[0]),
             required=_nodes_field(f.get("ReqNodeList")),
             extra={k: v for k, v in (("batch_host", f.get("BatchHost")),
-                                     ("partition", f.get("Partition"))) if v},
+                                     ("partition", f.get("Partition")),
+                                     ("user_name", f.get("UserId", "").split("(")[0])) if v},
         )
     except (HostlistError, ValueError) as exc:
         raise SlurmError(f"unreadable job record: {exc}") from None

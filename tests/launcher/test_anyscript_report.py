@@ -103,7 +103,7 @@ def test_each_fault_is_handled_in_its_own_cycle() -> None:
 def test_launch_needs_no_checkpoint_dir(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
-    monkeypatch.setenv("SLURM_SUBMIT_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))
     monkeypatch.setattr(plan, "detect_features",
                         lambda *_a: plan.Features(frozenset({"--term-timeout"}), "0.4.1"))

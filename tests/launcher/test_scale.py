@@ -36,15 +36,16 @@ def test_no_argv_string_carries_3000_nodes(tmp_path) -> None:  # type: ignore[no
 def test_oversized_event_stays_valid_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = str(tmp_path / "e.jsonl")
     log = EventLog(p, "launcher", job=7)
-    evs = [{"node": f"node{i:05d}", "verdict": "ok", "detail": "x" * 20} for i in range(3000)]
-    log.emit("blame", cycle=1, evidence=evs, details={"a": "y" * 90000}, blamed={"n1": ["z"]})
+    nodes = [f"gpu-a-{i:05d}" for i in range(0, 12000, 2)]  # a cycle on 6,000 nodes
+    log.emit("cycle_start", cycle=1, nodes=nodes, argv=["srun", ",".join(nodes)],
+             blamed={"n1": ["z"]})
     log.emit("after", ok=True)
     raw = open(p, encoding="utf-8").read().splitlines()
     assert all(len(line.encode()) <= MAX_EVENT_BYTES for line in raw)
     got = list(read_events(p))
-    assert [e["kind"] for e in got] == ["blame", "after"]  # nothing skipped as torn
-    assert got[0]["job"] == 7 and got[0]["blamed"] == {"n1": ["z"]}
-    assert set(got[0]["truncated"]) >= {"evidence", "details"}
+    assert [e["kind"] for e in got] == ["cycle_start", "after"]  # nothing skipped as torn
+    assert got[0]["job"] == 7 and got[0]["blamed"] == {"n1": ["z"]} and got[0]["cycle"] == 1
+    assert set(got[0]["truncated"]) >= {"argv", "nodes"}
 
 
 LINE_2205 = ("JobId=42 JobName=train run UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A "
@@ -61,7 +62,7 @@ def test_one_line_job_record_of_2205() -> None:
     job = _job_from_oneliner(f)
     assert (job.job_id, job.state, job.held, job.restart_count) == (42, "PENDING", True, 2)
     assert job.required == ("node1", "node2", "node3") and job.excluded == ("node7", "node9")
-    assert job.nodes == () and job.requeue
+    assert job.nodes == () and job.requeue and job.extra["user_name"] == "alice"
 
 
 CHILD = """
