@@ -364,7 +364,8 @@ def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],  # typ
     ckpt = os.path.join(work, "ckpt")
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
-            "--term-timeout=20", *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
+            "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
+            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
             *COMMON, *train]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:
