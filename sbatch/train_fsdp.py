@@ -14,6 +14,9 @@ Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``
 steps and at each commit, ``checkpoint`` (step, stall) when a save is committed, ``complete``
 (step, digest), ``stopped`` (step, signal) after SIGTERM/SIGUSR1: all ranks save the same step,
 wait for its commit and exit 143. Faults (every rank): ``fault`` (step, rank, type, node).
+``step_timing`` every ``--step-timing-every`` steps: per node, compute and collective-wait
+seconds per step (``resilient_slurm.training.steptime``), what a launcher needs to find a
+straggler; its own cost is printed at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from resilient_slurm.training.faults import (
 )
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
+from resilient_slurm.training.steptime import StepTimer
 from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal
 
 warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
@@ -92,7 +96,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="default <checkpoint-dir>/faults (env RESILIENT_FAULT_STATE_DIR)")
     p.add_argument("--fault", action="append", default=[], metavar="TYPE@STEP[@WHERE]",
                    help="a targeted fault (repeatable): TYPE exception|hang|sigkill|node|crash, "
-                        "WHERE a node name or rankN (default rank0); crash fires every time")
+                        "WHERE a node name or rankN (default rank0); crash fires every time; "
+                        "slow@STEP@NODE[:FACTOR]: that node computes FACTOR (2) times slower "
+                        "from STEP on")
+    p.add_argument("--step-timing-every", type=int,
+                   default=int(os.environ.get("RESILIENT_STEP_TIMING_EVERY", "10")),
+                   help="emit per-node compute/wait timing every N steps (0: off; env "
+                        "RESILIENT_STEP_TIMING_EVERY)")
     return p.parse_args(argv)
 
 
@@ -177,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     except FaultConfigError as exc:
         print(f"train_fsdp.py: {exc}", file=sys.stderr)
         return 2
+    if args.step_timing_every < 0:
+        print("train_fsdp.py: --step-timing-every must be >= 0", file=sys.stderr)
+        return 2
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
@@ -246,10 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopSignal()
     stopped: int | None = None
     loss_value, step_time = math.nan, 0.0
+    timer = StepTimer(args.step_timing_every, node or socket.gethostname(), events)
+    timer.install()
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
         injector.maybe_fire(step)
         t0 = time.perf_counter()
+        timer.start_step()
         losses = []
         for rnd in range(shards.rounds):
             shards.round = rnd
@@ -266,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad(set_to_none=True)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
+        compute = timer.compute_so_far() if timer.enabled else time.perf_counter() - t0
+        delay = injector.slowdown(step, compute)  # a seeded straggler computes slower
+        if delay > 0:
+            time.sleep(delay)
         step_time = time.perf_counter() - t0
         loss_value = float(torch.stack(losses).mean()) if losses else math.nan
         for committed in ckpt.poll():
@@ -273,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             if events:
                 events.emit("checkpoint", step=committed)
                 events.emit("progress", step=step, loss=loss_value, step_time=step_time)
-        stopped = stop.agreed()
+        stopped = stop.agreed()  # a collective: waiting for a straggler ends here at the latest
+        timer.end_step()
+        timer.maybe_report(step, force=bool(stopped) or step == args.steps)
         if ckpt.due(step) or step == args.steps or stopped:
             state = {"step": step, "train": fsdp_state.capture(model, optimizer),
                      "rng": rng_state(), "data": {"position": step}, "world_size": world,
@@ -288,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
             break
 
     last = step if start < args.steps else start
+    if timer.enabled and timer.wall_total > 0:
+        log(f"step timing cost {timer.cost_total * 1e3:.1f} ms of {timer.wall_total:.2f} s "
+            f"measured ({timer.cost_fraction() * 100:.3f} % of step time, {timer.source})")
+    timer.uninstall()
     with liveness.keepalive():
         ckpt.close()
         if start < args.steps:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from resilient_slurm.slurm.backend import SlurmBackend
 from resilient_slurm.slurm.cli_backend import CliSlurm
 from resilient_slurm.slurm.model import SlurmError
 
@@ -49,7 +50,7 @@ def connect(
     bin_dir: str | None = None,
     env: Mapping[str, str] | None = None,
     version_file: str | None = None,
-) -> CliSlurm:
+) -> SlurmBackend:
     """A Slurm handle; ``backend`` is ``auto`` (pyslurm if usable, else CLI), ``cli`` or
     ``pyslurm``."""
     cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env,
