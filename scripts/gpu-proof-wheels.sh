@@ -6,8 +6,9 @@
 #
 #   scripts/gpu-proof-wheels.sh [DIR]      # default .gpu-proof/wheels (git-ignored)
 #
-# Target: Python ${GPU_PROOF_PYTHON_VERSION:-3.12}, x86_64, glibc >= 2.39 (NVRx 0.7.0 ships
-# only cp312/cp314 manylinux_2_39 wheels). Fails if the folder exceeds ${GPU_PROOF_MAX_MIB:-60}
+# Target: Python ${GPU_PROOF_PYTHON_VERSION:-3.12}, x86_64, glibc >= 2.${GPU_PROOF_GLIBC_MINOR:-39}
+# (NVRx 0.7.0 ships only cp312/cp314 manylinux_2_39 wheels; for an older node pick its NVRx with
+# GPU_PROOF_NVRX, e.g. nvidia-resiliency-ext==0.4.1 for glibc < 2.39). Fails if the folder exceeds ${GPU_PROOF_MAX_MIB:-60}
 # MiB (the device tool carries at most 64 MiB of ignored paths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,10 +20,13 @@ nvrx=${GPU_PROOF_NVRX:-nvidia-resiliency-ext==0.7.0}
 pip=(${PIP:-python3 -m pip})
 
 # Every manylinux tag a glibc 2.39 x86_64 system accepts that wheels here are built for.
+# pip's --platform takes exact tags only: list them all (glibc 2.39 accepts 2.5 to 2.39).
 platforms=()
-for tag in manylinux_2_39_x86_64 manylinux_2_34_x86_64 manylinux_2_28_x86_64 \
-           manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
-           manylinux_2_12_x86_64 manylinux2010_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
+glibc_minor=${GPU_PROOF_GLIBC_MINOR:-39}
+for minor in $(seq "$glibc_minor" -1 5); do
+    platforms+=(--platform "manylinux_2_${minor}_x86_64")
+done
+for tag in manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64; do
     platforms+=(--platform "$tag")
 done
 target=(--python-version "$pyver" --only-binary=:all: "${platforms[@]}")

@@ -78,7 +78,7 @@ pip=("$venv/bin/python" "$pipwhl/pip" install --no-index --find-links "$wheels"
 {
     "${pip[@]}" "setuptools>=77" wheel
     # The project from this checkout (not a prebuilt wheel): the proof runs the code in the tree.
-    "${pip[@]}" --no-build-isolation "$repo" nvidia-resiliency-ext
+    "${pip[@]}" --no-build-isolation "$repo" nvidia-resiliency-ext numpy
 } > "$out/install.log" 2>&1 || {
     echo "gpu-proof: offline install failed (see $out/install.log):" >&2
     tail -n 20 "$out/install.log" >&2

@@ -36,9 +36,10 @@ HEALTH_CFG = {"nvml_timeout_s": 5.0, "watchdog_s": 30.0, "tool_timeout_s": 5.0,
 SMALL = ["--steps", "40", "--checkpoint-every", "5", "--keep", "2", "--seed", "7",
          "--d-model", "256", "--layers", "2", "--heads", "8"]
 FAULTS = ["--fault", "exception@12", "--fault", "sigkill@27"]
-# ~534 M parameters: fp32 weights + AdamW's two moments = ~6.4 GB saved per rank and save.
+# 336 M parameters (6 layers of 12 d^2, d = 2048, + 8192-token embeddings and head): fp32
+# weights + AdamW's two moments = 4.0 GB saved per rank and save; compute per step is tiny.
 BIG = ["--steps", "4", "--checkpoint-every", "2", "--keep", "1", "--seed", "7", "--d-model",
-       "2048", "--layers", "8", "--heads", "16", "--vocab", "32000", "--seq-len", "64",
+       "2048", "--layers", "6", "--heads", "16", "--vocab", "8192", "--seq-len", "64",
        "--batch-size", "4"]
 FT = ["--standalone", "--nproc-per-node", "1", "--max-restarts", "3", "--monitor-interval",
       "0.5", "--term-timeout", "10", "--ft-initial-rank-heartbeat-timeout", "120",
