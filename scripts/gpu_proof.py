@@ -19,16 +19,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from gpu_proof_report import INSTALL_CAP_S, Line, finish, install_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "sbatch", "train_fsdp.py")
 BUDGET_S = 480  # the whole device run, install included: 8 minutes
-INSTALL_CAP_S = 45
 NVML_CHECKS = ("gpu_count", "ecc", "row_remap", "retired_pages", "clocks", "temperature",
                "pcie", "recovery_action", "nvlink", "fabric")
 HEALTH_CFG = {"nvml_timeout_s": 5.0, "watchdog_s": 30.0, "tool_timeout_s": 5.0,
@@ -44,21 +44,11 @@ BIG = ["--steps", "4", "--checkpoint-every", "2", "--keep", "1", "--seed", "7", 
 FT = ["--standalone", "--nproc-per-node", "1", "--max-restarts", "3", "--monitor-interval",
       "0.5", "--term-timeout", "10", "--ft-initial-rank-heartbeat-timeout", "120",
       "--ft-rank-heartbeat-timeout", "60", "--ft-enable-nic-monitor=false"]
+FT_IF_KNOWN = ["--ft-enable-nic-healthcheck=false"]  # NVRx >= 0.6: no NIC state gate here
 
 
 def py(*args: str) -> list[str]:
     return [sys.executable, *args]
-
-
-@dataclass
-class Line:
-    step: str
-    result: str  # PASS | FAIL | SKIP | INFO
-    figure: str
-    detail: str = ""
-    wall_s: float | None = None
-    peak_rss_mib: float | None = None
-    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,7 +57,6 @@ class Run:
     out: str
     wall_s: float
     peak_rss_mib: float
-    timed_out: bool
 
 
 class Proof:
@@ -80,6 +69,7 @@ class Proof:
         self.digest = ""
         self.stalls: dict[str, float] = {}
         self._train: Any = None
+        self._help = ""
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("RESILIENT_", "SLURM"))}
         self.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -102,8 +92,7 @@ class Proof:
             while not (done := os.wait4(proc.pid, os.WNOHANG))[0] \
                     and time.monotonic() - t0 < cap:
                 time.sleep(0.05)
-            timed_out = not done[0]
-            if timed_out:
+            if not done[0]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 done = os.wait4(proc.pid, 0)
                 fh.write(f"\n[gpu-proof] killed at its time cap of {cap:g} s\n")
@@ -111,7 +100,7 @@ class Proof:
         with open(log, errors="replace") as fh:
             text = fh.read()
         return Run(proc.returncode, text, round(time.monotonic() - t0, 2),
-                   round(done[2].ru_maxrss / 1024, 1), timed_out)
+                   round(done[2].ru_maxrss / 1024, 1))
 
     def health(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "resilient_slurm.healthcheck", *args]
@@ -221,14 +210,17 @@ class Proof:
         args = mod.parse_args(argv[script + 1:])
         mod.parse_targeted(args.fault)
         if script > 1:  # under ft_launcher
-            launcher = argv[0]
-            help_text = subprocess.run([launcher, "--help"], capture_output=True, text=True,
-                                       timeout=60, env=self.env).stdout
             flags = [a.split("=")[0] for a in argv[1:script] if a.startswith("--")]
-            missing = [f for f in flags if f not in help_text]
+            missing = [f for f in flags if f not in self.launcher_help(argv[0])]
             if missing:
                 raise RuntimeError(f"ft_launcher lacks {missing}")
         return "arguments checked"
+
+    def launcher_help(self, launcher: str) -> str:
+        if not self._help:
+            self._help = subprocess.run([launcher, "--help"], capture_output=True, text=True,
+                                        timeout=120, env=self.env).stdout
+        return self._help
 
     def _train_module(self) -> Any:
         if self._train is None:
@@ -263,7 +255,8 @@ class Proof:
         d = self.ckpt("faults")
         events = os.path.join(self.scratch, "faults-events.jsonl")
         launcher = os.path.join(os.path.dirname(sys.executable), "ft_launcher")
-        argv = [launcher, *FT, TRAIN, "--checkpoint-dir", d, *SMALL, *FAULTS]
+        newer = [f for f in FT_IF_KNOWN if f.split("=")[0] in self.launcher_help(launcher)]
+        argv = [launcher, *FT, *newer, TRAIN, "--checkpoint-dir", d, *SMALL, *FAULTS]
         self.env["RESILIENT_EVENTS_FILE"] = events
         try:
             r = self.train("train-faults", argv, cap)
@@ -358,42 +351,6 @@ def main(argv: list[str] | None = None) -> int:
             p.add(Line(name, "FAIL", f"{type(exc).__name__}: {exc}"[:300]))
     p.compare_stalls()
     return finish(p, time.monotonic() - t0 + (a.install_seconds or 0))
-
-
-def install_line(seconds: float | None, wheels: str) -> Line:
-    """The install as measured by gpu-proof.sh, or (dry run) the wheel folder as prepared."""
-    if seconds is not None:
-        return Line("install", "PASS" if seconds <= INSTALL_CAP_S else "FAIL",
-                    f"offline venv install {seconds:.1f} s", wall_s=seconds)
-    have = sorted(os.listdir(wheels)) if wheels and os.path.isdir(wheels) else []
-    if not have:
-        return Line("install", "SKIP", "dry run: no wheels here (scripts/gpu-proof-wheels.sh)")
-    mib = sum(os.path.getsize(os.path.join(wheels, f)) for f in have) / 2**20
-    need = ("nvidia_resiliency_ext-", "pip-", "setuptools-", "click-", "nvidia_ml_py-")
-    missing = [n for n in need if not any(f.startswith(n) for f in have)]
-    return Line("install", "FAIL" if missing or mib > 60 else "SKIP",
-                f"dry run: wheels {len(have)} files, {mib:.1f} MiB (at most 60)",
-                f"missing {missing}" if missing else "")
-
-
-def finish(p: Proof, total_s: float) -> int:
-    counts = {k: sum(1 for x in p.lines if x.result == k) for k in ("PASS", "FAIL", "SKIP")}
-    verdict = "FAIL" if counts["FAIL"] else "PASS"
-    head = (f"GPU proof {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-            f"{'DRY RUN ' if p.dry else ''}{verdict}: {counts['PASS']} pass, {counts['FAIL']} "
-            f"fail, {counts['SKIP']} skipped, {total_s:.0f} s")
-    rows = [head] + [f"{x.result:<5} {x.step:<22} {x.figure}" + (f"\n      {x.detail}"
-                                                                 if x.detail else "")
-                     for x in p.lines]
-    with open(os.path.join(p.out, "summary.txt"), "w") as fh:
-        fh.write("\n".join(rows) + "\n")
-    with open(os.path.join(p.out, "summary.json"), "w") as fh:
-        json.dump({"verdict": verdict, "dry_run": p.dry, "total_s": round(total_s, 1),
-                   "lines": [asdict(x) for x in p.lines]}, fh, indent=1)
-    with tarfile.open(os.path.join(p.out, "logs.tar.gz"), "w:gz") as tar:
-        tar.add(p.logs, arcname="logs")
-    print(head, flush=True)
-    return 1 if counts["FAIL"] else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -57,16 +58,25 @@ def test_dry_run_plans_and_checks_every_step(tmp_path) -> None:
     assert {r["code"] for r in hang["results"] if r["check"] == "temperature"} == {"NVML_TIMEOUT"}
 
 
-@pytest.mark.train
-def test_dry_run_fails_on_an_incomplete_wheel_folder(tmp_path) -> None:
+def test_an_incomplete_wheel_folder_fails_the_run(tmp_path) -> None:
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from gpu_proof_report import Line, finish, install_line
+    finally:
+        sys.path.pop(0)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "click-8.1.0-py3-none-any.whl").write_bytes(b"x")
-    proc, out = _dry(tmp_path, GPU_PROOF_WHEELS=str(wheels))
-    assert proc.returncode == 1
-    summary = json.loads(open(os.path.join(out, "summary.json")).read())
-    (install,) = [x for x in summary["lines"] if x["step"] == "install"]
-    assert install["result"] == "FAIL" and "nvidia_resiliency_ext-" in install["detail"]
+    line = install_line(None, str(wheels))
+    assert line.result == "FAIL" and "nvidia_resiliency_ext-" in line.detail
+    assert install_line(None, str(tmp_path / "absent")).result == "SKIP"
+    assert install_line(50.0, "").result == "FAIL"  # over its 45 s cap
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    proof = types.SimpleNamespace(lines=[Line("budget", "PASS", "x"), line], out=str(tmp_path),
+                                  logs=str(logs), dry=True)
+    assert finish(proof, 1.0) == 1
+    assert "DRY RUN FAIL: 1 pass, 1 fail" in (tmp_path / "summary.txt").read_text()
 
 
 def test_usage_errors(tmp_path) -> None:
