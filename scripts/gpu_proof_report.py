@@ -43,8 +43,9 @@ def install_line(seconds: float | None, wheels: str) -> Line:
 def finish(p: Any, total_s: float) -> int:
     counts = {k: sum(1 for x in p.lines if x.result == k) for k in ("PASS", "FAIL", "SKIP")}
     verdict = "FAIL" if counts["FAIL"] else "PASS"
+    mode = "DRY RUN " if p.dry else "CPU REHEARSAL (not a proof) " if p.rehearse else ""
     head = (f"GPU proof {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-            f"{'DRY RUN ' if p.dry else ''}{verdict}: {counts['PASS']} pass, {counts['FAIL']} "
+            f"{mode}{verdict}: {counts['PASS']} pass, {counts['FAIL']} "
             f"fail, {counts['SKIP']} skipped, {total_s:.0f} s")
     rows = [head] + [f"{x.result:<5} {x.step:<22} {x.figure}" + (f"\n      {x.detail}"
                                                                  if x.detail else "")

@@ -41,7 +41,7 @@ def test_dry_run_plans_and_checks_every_step(tmp_path) -> None:
     assert "of 480 s" in lines["budget"]["figure"]
     for step in ("environment", "genconf", "health-check", "nvml-hang"):
         assert lines[step]["result"] == "PASS", lines[step]
-    assert "NVML checks with values: 10/10" in lines["health-check"]["figure"]
+    assert "NVML checks with values: 10/10 (0 not expected" in lines["health-check"]["figure"]
     assert "exit 3, status unknown" in lines["nvml-hang"]["figure"]
     for step in STEPS[6:]:
         assert lines[step]["result"] == "SKIP"
@@ -74,7 +74,7 @@ def test_an_incomplete_wheel_folder_fails_the_run(tmp_path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     proof = types.SimpleNamespace(lines=[Line("budget", "PASS", "x"), line], out=str(tmp_path),
-                                  logs=str(logs), dry=True)
+                                  logs=str(logs), dry=True, rehearse=False)
     assert finish(proof, 1.0) == 1
     assert "DRY RUN FAIL: 1 pass, 1 fail" in (tmp_path / "summary.txt").read_text()
 
