@@ -289,7 +289,8 @@ class Proof:
     def stall(self, mode: str, cap: float) -> None:
         d = self.ckpt(f"stall-{mode}")
         extra = ["--sync-checkpoint"] if mode == "sync" else ["--checkpoint-backend", "nvrx"]
-        big = BIG + (["--d-model", "512"] if self.rehearse else [])
+        big = BIG + (["--d-model", "256", "--heads", "4", "--vocab", "512"]
+                     if self.rehearse else [])
         r = self.train(f"stall-{mode}", py(TRAIN, "--checkpoint-dir", d, *big, *extra),
                        cap)
         if r is None:
