@@ -13,8 +13,7 @@
 # default a new folder under ${TMPDIR:-/tmp}), GPU_PROOF_KEEP_SCRATCH=1 to keep it.
 # Exit: 0 every step passed, 1 a step failed, 2 usage or set-up error.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$(pwd)
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 dry=0
 out=""
@@ -28,7 +27,8 @@ for arg in "$@"; do
 done
 [ -n "$out" ] || { echo "usage: scripts/gpu-proof.sh [--dry-run] OUT_DIR" >&2; exit 2; }
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
+out=$(cd "$out" && pwd)  # relative to where it was called from
+cd "$repo"
 wheels=${GPU_PROOF_WHEELS:-$repo/.gpu-proof/wheels}
 
 pick_python() {

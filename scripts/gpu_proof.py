@@ -66,6 +66,7 @@ class Proof:
         os.makedirs(self.logs, exist_ok=True)
         self.lines: list[Line] = []
         self.gpu = False
+        self.no_gpu = "the environment probe failed"
         # Rehearsal (developers, no GPU): the GPU steps on CPU with gloo and a small stall model,
         # to exercise this driver's parsing and ft_launcher's flags. Not a proof.
         self.rehearse = False
@@ -114,11 +115,12 @@ class Proof:
     def environment(self, cap: float) -> None:
         r = self.run("environment", py(os.path.join(REPO, "scripts", "gpu_proof_env.py")), cap)
         try:
-            info = json.loads(r.out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
+            info = json.loads(next(x for x in r.out.splitlines() if x.startswith("{")))
+        except (ValueError, StopIteration):
             self.add(Line("environment", "FAIL", "could not read torch", r.out[-300:], r.wall_s))
             return
         self.gpu = bool(info["cuda"]) or self.rehearse
+        self.no_gpu = "no CUDA device"
         gpu = (f"{info['gpus']}x {info['gpu']} ({info['gpu_mem_gib']} GiB), NCCL {info['nccl']}"
                if info["cuda"] else "no CUDA device")
         fig = (f"python {info['python']}, torch {info['torch']} (CUDA {info['torch_cuda']}), "
@@ -205,7 +207,7 @@ class Proof:
         """Run a training command on the GPU; in a dry run, parse its arguments instead."""
         script = argv.index(TRAIN)
         if self.dry or not self.gpu:
-            why = "dry run" if self.dry else "no CUDA device"
+            why = "dry run" if self.dry else self.no_gpu
             self.add(Line(name, "SKIP", f"{why}: planned `{' '.join(argv[script:])[:300]}`",
                           self.plan_check(argv, script)))
             return None
@@ -323,7 +325,7 @@ class Proof:
 def plan(p: Proof) -> list[tuple[str, float, Callable[[float], Any]]]:
     profile: dict[str, str] = {}
     return [
-        ("environment", 15, p.environment),
+        ("environment", 20, p.environment),
         ("genconf", 20, lambda cap: profile.setdefault("text", p.genconf(cap))),
         ("health-check", 40, lambda cap: p.check("health-check", profile.get("text", ""), cap)),
         ("nvml-hang", 25, lambda cap: p.check("nvml-hang", profile.get("text", ""), cap,
