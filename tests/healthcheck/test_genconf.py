@@ -127,21 +127,21 @@ behavior = "missing"
 
 
 def test_unknown_generation_is_noted_not_guessed(tmp_path) -> None:
-    scen = write_scenario(str(tmp_path), "l4", """
+    scen = write_scenario(str(tmp_path), "t4", """
 [nvml]
 count = 1
 [gpu]
-name = "NVIDIA L4"
-architecture = 8
+name = "Tesla T4"
+architecture = 6
 nvlink = "NOT_SUPPORTED"
 fabric = "NOT_SUPPORTED"
 pcie = [4, 16, 4, 16]
 [rdma]
 efa = 0
 """)
-    code, out, err = _genconf(tmp_path, "--simulate", scen, "--name", "l4")
+    code, out, err = _genconf(tmp_path, "--simulate", scen, "--name", "t4")
     assert code == 0, err
-    prof = _profile(out, "l4")
+    prof = _profile(out, "t4")
     assert (prof["gpus"], prof["gpu_generation"], prof["nvlinks_per_gpu"]) == (1, "", 0)
     assert "unknown to the Xid policy" in err
     assert "no EFA or InfiniBand devices" in out
