@@ -4,7 +4,8 @@ NVRx heartbeats and seeded fault injection.
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
 (model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
-and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one,
+and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one
+(on CUDA too: deterministic kernels are selected, see :func:`deterministic_cuda`),
 also when it resumes on another number of ranks (elastic): the global batch is
 ``--virtual-dp`` fixed shards whose gradients are summed in shard order
 (``resilient_slurm.training.ordered_reduce``), so the result does not depend on the world size.
@@ -138,6 +139,19 @@ def batch(args: argparse.Namespace, step: int, shard: int,
     return seq[:, :-1].to(device), seq[:, 1:].to(device)
 
 
+def deterministic_cuda() -> None:
+    """Bitwise-reproducible CUDA steps, so a resumed run's digest can equal a fault-free one:
+    deterministic kernels where torch has them (warning where it has none), cuBLAS with a
+    fixed workspace (read when its first handle is made, hence before any matmul), and the
+    math attention kernel (the fused ones' backward passes accumulate in varying order)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def setup_distributed(timeout_s: float,
                       threads: int | None) -> tuple[int, int, int, torch.device]:
     use_cuda = torch.cuda.is_available()
@@ -149,6 +163,7 @@ def setup_distributed(timeout_s: float,
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
+        deterministic_cuda()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
