@@ -1,0 +1,246 @@
+"""The docs stay true to the repository: every relative link resolves (file, and heading anchor
+when one is named), and every command-line flag written after one of our commands exists in that
+command's ``--help``. No Slurm needed: the commands' help is produced in-process."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+                    *(ROOT / "healthcheck").rglob("*.md"), *(ROOT / "training").rglob("*.md")])
+
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^(```|~~~)")
+SPAN = re.compile(r"(`+)(.+?)\1")
+COMMANDS = ("resilient-slurm", "resilient-health", "resilient-launch", "resilient-prolog",
+            "resilient-epilog")
+SEGMENT_END = {"|", "||", "&&", ";", "#", ">", ">>", "2>&1", "<", "\\"}
+
+
+# --- reading Markdown -----------------------------------------------------------------------
+
+def _strip_code(text: str) -> str:
+    """Text without fenced blocks and inline code (links inside code are not links)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(SPAN.sub("", line))
+    return "\n".join(out)
+
+
+def code_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, code) for every line of a fenced block (continuations joined) and every
+    inline code span."""
+    fenced, pending, start = False, "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+            continue
+        if fenced:
+            if not pending:
+                start = number
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            yield start, pending + line
+            pending = ""
+        else:
+            for match in SPAN.finditer(line):
+                yield number, match.group(2)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    found: set[str] = set()
+    fenced = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            base = slug(line.lstrip("#"))
+            name, n = base, 0
+            while name in found:
+                n += 1
+                name = f"{base}-{n}"
+            found.add(name)
+    return found
+
+
+def broken_links(path: Path) -> list[str]:
+    problems = []
+    for target in LINK.findall(_strip_code(path.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, ...
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.exists():
+            problems.append(f"{path.relative_to(ROOT)}: link to missing {target}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            problems.append(f"{path.relative_to(ROOT)}: link to missing heading {target}")
+    return problems
+
+
+# --- our commands' help ---------------------------------------------------------------------
+
+def _click_main(name: str) -> click.Command:
+    if name == "resilient-slurm":
+        from resilient_slurm.cli import main
+    elif name == "resilient-health":
+        from resilient_slurm.healthcheck.cli import main
+    else:
+        from resilient_slurm.launcher.cli import main
+    return main
+
+
+def _argparse_help(name: str) -> str:
+    entry: Callable[[list[str]], int]
+    if name == "resilient-prolog":
+        from resilient_slurm.prolog.hook import prolog_main as entry
+    else:
+        from resilient_slurm.epilog.hook import epilog_main as entry
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        entry(["--help"])
+    return out.getvalue()
+
+
+_HELP: dict[tuple[str, ...], str] = {}
+
+
+def help_text(path: tuple[str, ...]) -> str:
+    """``--help`` of ``path`` (the command, then subcommands), produced in-process."""
+    if path not in _HELP:
+        if path[0] in ("resilient-prolog", "resilient-epilog"):
+            _HELP[path] = _argparse_help(path[0])
+        else:
+            result = CliRunner().invoke(_click_main(path[0]), [*path[1:], "--help"],
+                                        prog_name=path[0])
+            assert result.exit_code == 0, f"{' '.join(path)} --help: {result.output}"
+            _HELP[path] = result.output
+    return _HELP[path]
+
+
+@dataclass
+class FlagUse:
+    command: tuple[str, ...]
+    flag: str
+
+
+def _tokens(code: str) -> list[str]:
+    """Shell-ish words; quotes, parentheses and backticks separate words, so a command inside
+    ``"$(...)"`` is seen too."""
+    return re.findall(r"[^\s\"'()`;]+|;", code)
+
+
+def flag_uses(code: str) -> Iterator[FlagUse]:
+    """Each ``--flag`` written after one of our commands in ``code`` (one shell line)."""
+    tokens = _tokens(code)
+    for i, token in enumerate(tokens):
+        if token not in COMMANDS:
+            continue
+        yield from _flags_after(token, tokens[i + 1:])
+
+
+def _flags_after(name: str, rest: list[str]) -> Iterator[FlagUse]:
+    path: tuple[str, ...] = (name,)
+    command: click.Command | None = None if name in ("resilient-prolog", "resilient-epilog") \
+        else _click_main(name)
+    skip_value = False
+    for raw in rest:
+        token = raw.strip("[]()")
+        if raw in SEGMENT_END or raw.startswith("#") or raw == "--":
+            return
+        if skip_value:
+            skip_value = False
+            continue
+        if token.startswith("--") and len(token) > 2:
+            flag = token.split("=", 1)[0]
+            yield FlagUse(path, flag)
+            if command is not None and "=" not in token:
+                param = next((p for p in command.params if isinstance(p, click.Option)
+                              and flag in p.opts + p.secondary_opts), None)
+                skip_value = param is not None and not param.is_flag and param.nargs != 0
+            continue
+        if token.startswith("-") or not token:
+            continue
+        if isinstance(command, click.Group) and token in command.commands:
+            command = command.commands[token]
+            path = (*path, token)
+            continue
+        if command is not None and any(isinstance(p, click.Argument) and p.nargs == -1
+                                       for p in command.params):
+            return  # a script and its own arguments follow (resilient-launch train.py --lr ...)
+
+
+def unknown_flags(path: Path) -> list[str]:
+    problems = []
+    for number, code in code_lines(path.read_text(encoding="utf-8")):
+        for use in flag_uses(code):
+            text = help_text(use.command)
+            if not re.search(rf"(?<![\w-]){re.escape(use.flag)}(?![\w-])", text):
+                problems.append(f"{path.relative_to(ROOT)}:{number}: {' '.join(use.command)} "
+                                f"has no {use.flag} in its --help")
+    return problems
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path) -> None:
+    assert broken_links(doc) == []
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_flags_exist_in_help(doc: Path) -> None:
+    assert unknown_flags(doc) == []
+
+
+def test_docs_name_flags_of_every_command() -> None:
+    """The flag test is not vacuous: the docs name flags of each of our commands."""
+    seen = {use.command[0] for doc in DOC_FILES
+            for _n, code in code_lines(doc.read_text(encoding="utf-8"))
+            for use in flag_uses(code)}
+    assert {"resilient-slurm", "resilient-health", "resilient-launch"} <= seen
+
+
+def test_checker_finds_planted_mistakes(tmp_path: Path) -> None:
+    """A bad link, a bad anchor and a flag no command has are each reported."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "page.md"
+    (docs / "other.md").write_text("# A heading\n", encoding="utf-8")
+    page.write_text(
+        "See [gone](missing.md), [ok](other.md#a-heading), [bad](other.md#nope).\n\n"
+        "```sh\nresilient-health check --simulate xid79 --no-such-flag\n"
+        "resilient-launch --max-restarts 3 train.py --lr 3e-4\n```\n\n"
+        "Run `resilient-slurm sandbox up --nodes 4 --bogus`.\n", encoding="utf-8")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        links = broken_links(page)
+        flags = unknown_flags(page)
+    finally:
+        ROOT = saved
+    assert links == ["docs/page.md: link to missing missing.md",
+                     "docs/page.md: link to missing heading other.md#nope"]
+    assert flags == ["docs/page.md:4: resilient-health check has no --no-such-flag in its --help",
+                     "docs/page.md:8: resilient-slurm sandbox up has no --bogus in its --help"]
