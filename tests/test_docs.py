@@ -191,12 +191,36 @@ def _flags_after(name: str, rest: list[str]) -> Iterator[FlagUse]:
             return  # a script and its own arguments follow (resilient-launch train.py --lr ...)
 
 
+def _resolve(path: tuple[str, ...]) -> click.Command | None:
+    if path[0] in ("resilient-prolog", "resilient-epilog"):
+        return None
+    command = _click_main(path[0])
+    for name in path[1:]:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def has_flag(path: tuple[str, ...], flag: str) -> bool:
+    """``flag`` is an option of that command, listed in its ``--help`` (for click commands:
+    one of its declared options, not a word of the help's prose)."""
+    text = help_text(path)
+    if flag == "--help":
+        return "--help" in text
+    command = _resolve(path)
+    if command is not None:
+        declared = {o for p in command.params if isinstance(p, click.Option) and not p.hidden
+                    for o in (*p.opts, *p.secondary_opts)}
+        if flag not in declared:
+            return False
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
 def unknown_flags(path: Path) -> list[str]:
     problems = []
     for number, code in code_lines(path.read_text(encoding="utf-8")):
         for use in flag_uses(code):
-            text = help_text(use.command)
-            if not re.search(rf"(?<![\w-]){re.escape(use.flag)}(?![\w-])", text):
+            if not has_flag(use.command, use.flag):
                 problems.append(f"{path.relative_to(ROOT)}:{number}: {' '.join(use.command)} "
                                 f"has no {use.flag} in its --help")
     return problems
