@@ -93,6 +93,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault", action="append", default=[], metavar="TYPE@STEP[@WHERE]",
                    help="a targeted fault (repeatable): TYPE exception|hang|sigkill|node|crash, "
                         "WHERE a node name or rankN (default rank0); crash fires every time")
+    p.add_argument("--inprocess", action="store_true",
+                   help="in-process restart (NVRx Wrapper): faults are recovered in the live "
+                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py)")
+    p.add_argument("--peer-every", type=int, default=1,
+                   help="with --inprocess: refresh the in-memory peer copy every K steps")
+    p.add_argument("--soft-timeout", type=float, default=4.0,
+                   help="with --inprocess: seconds without progress before a restart")
+    p.add_argument("--hard-timeout", type=float, default=20.0,
+                   help="with --inprocess: seconds without progress before a rank is killed")
     return p.parse_args(argv)
 
 
@@ -180,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
+    if args.inprocess:
+        from resilient_slurm.sbatch.train_inprocess import run_inprocess
+
+        return run_inprocess(args, targeted)
     rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
