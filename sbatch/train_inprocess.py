@@ -58,7 +58,9 @@ def _load_disk(ckpt: Checkpointer, model: nn.Module, optimizer: torch.optim.Opti
 
 def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targeted],
           liveness: Liveness) -> str:
+    marks = [time.perf_counter()]
     ctx.init_process_group()
+    marks.append(time.perf_counter())
     rank, world = ctx.rank, ctx.world_size
     node = os.environ.get("SLURMD_NODENAME")
     if ctx.iteration == 0:
@@ -82,10 +84,11 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
         fully_shard(block)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    marks.append(time.perf_counter())
     backend = "sync" if args.sync_checkpoint else args.checkpoint_backend
     ckpt = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep,
                         backend=backend, heartbeat=liveness.beat)
-    t0 = time.perf_counter()
+    marks.append(time.perf_counter())
     restored = ctx.memory.restore(model, optimizer)
     if restored is not None:
         start, vdp, rng, source = (restored.step, restored.extra["virtual_dp"],
@@ -99,9 +102,12 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     shards = ordered_reduce.VirtualShards(vdp, world, rank)
     injector.set_world(vdp, world)
     ordered_reduce.install(model, shards)
+    marks.append(time.perf_counter())
+    phases = " ".join(f"{name} {b - a:.3f}" for name, a, b in
+                      zip(("pg", "build", "ckpt", "restore"), marks, marks[1:], strict=False))
     lost_nodes = sorted({ctx.job_store.get(f"node/{r}").decode() for r in ctx.lost} - {""})
     log(f"world {world} (initial {ctx.initial_world_size}, lost {ctx.lost}), state from "
-        f"{source} at step {start} in {time.perf_counter() - t0:.3f} s")
+        f"{source} at step {start} (s: {phases})")
     if events:
         events.emit("resume", step=start, fresh=start == 0, world_size=world, node=node,
                     virtual_dp=vdp, iteration=ctx.iteration,

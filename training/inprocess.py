@@ -41,12 +41,14 @@ This module must not use ``from __future__ import annotations``: the Wrapper fin
 
 import dataclasses
 import datetime
+import gc
 import logging
 import os
 import signal
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -59,6 +61,7 @@ from resilient_slurm.training.memstate import MemoryState
 
 STORE_ENV = "RESILIENT_INPROCESS_STORE"  # host:port of the store the launcher hosts
 PREFIX_ENV = "RESILIENT_INPROCESS_PREFIX"  # one namespace per launch (level-1 restart)
+LOG_ENV = "RESILIENT_INPROCESS_LOG"  # monitor process log path, may contain {rank}
 WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,7 @@ class Settings:
                              "host:port (resilient-launch --inprocess hosts one)")
         prefix = overrides.pop("prefix", None) or env.get(PREFIX_ENV) or (
             f"ip-{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}")
+        overrides.setdefault("logfile", env.get(LOG_ENV) or None)
         return cls(store=store, prefix=prefix, **overrides)
 
     def host_port(self) -> tuple[str, int]:
@@ -208,11 +212,17 @@ class Waker:
             self._thread.join(1.0)
 
 
+def _trace(what: str) -> None:
+    if os.environ.get("RESILIENT_INPROCESS_TRACE"):
+        print(f"[inprocess {time.time():.3f}] {what}", flush=True)
+
+
 class _Abort(nvrx.abort.Abort):
     def __init__(self, sockets: SocketAbort, waker: Waker) -> None:
         self.sockets, self.waker = sockets, waker
 
     def __call__(self, state: Any) -> Any:
+        _trace("abort")
         self.waker.start()
         n = self.sockets.shutdown()
         log.info("abort: shut down %d process-group sockets", n)
@@ -226,6 +236,7 @@ class _Finalize(nvrx.finalize.Finalize):
         self.waker = waker
 
     def __call__(self, state: Any) -> Any:
+        _trace("finalize")
         self.waker.stop()
         if dist.is_initialized():
             try:
@@ -297,6 +308,7 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
     ``call`` annotation must be the class itself and the others must stay unannotated (a
     string, a generic such as ``Callable[...]`` or ``object`` would break or match)."""
     state = call.state
+    _trace(f"iteration {state.iteration}")
     kept.app_client = kept.app_client or _app_client(kept.settings)
     lost = sorted(set(range(state.initial_world_size)) - _active_initial(call))
     ctx = Context(rank=state.active_rank, world_size=state.active_world_size,
@@ -357,10 +369,21 @@ def run(fn: TrainFn, settings: Settings) -> Any:
     its value on ranks active at the end, None on ranks left inactive. Call from the main
     thread, before any process group exists."""
     settings.check()
+    if os.environ.get("RESILIENT_INPROCESS_TRACE") == "debug":
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     kept = _Kept(settings)
     waker = Waker(settings.wake_interval)
     wrapped = wrapper(settings, waker, kept.sockets)(_iteration)
+    # The Wrapper runs `while gc.collect()` before each restart: with torch imported a full
+    # collection took 0.6-0.9 s here. Objects alive now (modules, classes) are never garbage:
+    # freeze them out of the collector's scans.
+    gc.freeze()
     try:
-        return wrapped(None, fn, kept)
+        result = wrapped(None, fn, kept)
+        # Let the monitor process see its stop flag before this process exits; else it may
+        # report the exit as a terminated rank and interrupt ranks still leaving.
+        time.sleep(2 * settings.monitor_process_interval)
+        return result
     finally:
         waker.stop()
+        gc.unfreeze()
