@@ -226,8 +226,8 @@ class MemoryState:
         for g in gathered:
             for owner, train in g.items():
                 merged.setdefault(owner, train)
-        fsdp_state.restore_resharded(model, optimizer,
-                                     [merged[o] for o in range(src_world)])
+        fsdp_state.restore_resharded_local(model, optimizer,
+                                           [merged[o] for o in range(src_world)])
         snap_here = self.own.get(step)
         extras: list[Any] = [None] * world
         dist.all_gather_object(extras, snap_here.extra if snap_here is not None else None,
