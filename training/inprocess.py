@@ -61,6 +61,8 @@ from resilient_slurm.training.memstate import MemoryState
 
 STORE_ENV = "RESILIENT_INPROCESS_STORE"  # host:port of the store the launcher hosts
 PREFIX_ENV = "RESILIENT_INPROCESS_PREFIX"  # one namespace per launch (level-1 restart)
+MIN_WORLD_ENV = "RESILIENT_INPROCESS_MIN_WORLD"  # fewer ranks: leave it to the level above
+EXIT_BELOW_MIN = 75  # a rank left alone below the minimum exits with this code
 LOG_ENV = "RESILIENT_INPROCESS_LOG"  # monitor process log path, may contain {rank}
 WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class Settings:
     completion_timeout: float = 120.0
     pg_timeout: float = 60.0
     peer_every: int = 1
+    min_world: int = 1
     wake_interval: float = 0.05
     max_iterations: int = 20
     logfile: str | None = None  # monitor process log, may contain {rank}
@@ -95,9 +98,13 @@ class Settings:
         if not store:
             raise ValueError(f"in-process restart needs an external store: set {STORE_ENV}="
                              "host:port (resilient-launch --inprocess hosts one)")
+        # ft_launcher gives each rendezvous round a fresh MASTER_PORT: a fresh namespace
         prefix = overrides.pop("prefix", None) or env.get(PREFIX_ENV) or (
-            f"ip-{env.get('MASTER_ADDR', 'local')}-{env.get('MASTER_PORT', '0')}")
+            f"ip-{env.get('TORCHELASTIC_RUN_ID', 'run')}-{env.get('MASTER_ADDR', 'local')}-"
+            f"{env.get('MASTER_PORT', '0')}")
         overrides.setdefault("logfile", env.get(LOG_ENV) or None)
+        if env.get(MIN_WORLD_ENV, "").isdigit():
+            overrides.setdefault("min_world", int(env[MIN_WORLD_ENV]))
         return cls(store=store, prefix=prefix, **overrides)
 
     def host_port(self) -> tuple[str, int]:
@@ -321,6 +328,10 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
                   memory=kept.memory, call=call, _kept=kept)
     kept.history.append({"iteration": ctx.iteration, "rank": ctx.rank,
                          "world_size": ctx.world_size, "lost": lost})
+    if state.active_world_size < kept.settings.min_world:
+        print(f"[inprocess] {state.active_world_size} rank(s) left, fewer than "
+              f"{kept.settings.min_world}: leaving the restart to the launcher", flush=True)
+        raise SystemExit(EXIT_BELOW_MIN)
     if state.iteration >= kept.settings.max_iterations:
         raise RuntimeError(f"in-process restart limit ({kept.settings.max_iterations}) reached")
     return fn(ctx)
