@@ -77,7 +77,7 @@ def test_hang_in_syscall_woken_no_rank_killed(tmp_path: Path, fault_free: str) -
     res = run_job(tmp_path, STEPS, (f"hang@{FAULT_STEP}@rank2",))
     assert res.rcs == [0, 0, 0], "a rank was killed:\n" + _tail(res)
     secs, _ = _check(res, fault_free, "hang", 3)
-    assert SOFT_TIMEOUT <= secs < HARD_TIMEOUT
+    assert secs < HARD_TIMEOUT
 
 
 @pytest.mark.parametrize("victim", [0, 2])
