@@ -170,6 +170,15 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     return digest
 
 
+def _warm_up(args: argparse.Namespace) -> None:
+    """One forward and backward before the Wrapper starts: first-use costs (kernels, autograd)
+    are paid before the soft timeout runs (a slow first build caused false restarts)."""
+    torch.manual_seed(args.seed)
+    model = TinyTransformer(args.vocab, args.d_model, args.layers, args.heads, args.seq_len)
+    x, y = batch(args, 0, 0, torch.device("cpu"))
+    nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1)).backward()
+
+
 def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
@@ -181,6 +190,7 @@ def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
     except ValueError as exc:
         print(f"train_fsdp.py: {exc}", file=sys.stderr)
         return 2
+    _warm_up(args)
     liveness = Liveness()  # one NVRx heartbeat client for the process's life
     digest = inprocess.run(lambda ctx: train(ctx, args, targeted, liveness), settings)
     liveness.close()

@@ -45,12 +45,17 @@ def _tail(res: JobResult) -> str:
 def _recovery(res: JobResult, kind: str) -> tuple[float, dict, dict]:
     """(seconds from the fault to the next completed step, resume event, recovered event)."""
     assert len(res.fired) == 1 and res.fired[0]["type"] == kind, res.fired
-    resumes = [e for e in res.kind("resume") if e.get("iteration") == 1]
-    recovered = [e for e in res.kind("recovered") if e.get("iteration") == 1]
-    assert resumes and recovered, _tail(res)
-    assert not [e for e in res.kind("resume") if (e.get("iteration") or 0) > 1], \
-        "more than one in-process restart for one fault"
-    return recovered[0]["ts"] - res.fired[0]["time"], resumes[0], recovered[0]
+    t_fault = res.fired[0]["time"]
+    restarts = [e for e in res.kind("resume") if (e.get("iteration") or 0) > 0]
+    before = [e for e in restarts if e["ts"] < t_fault]
+    if before:  # a soft timeout during warm-up on an overloaded machine: say so
+        print(f"\nnote: {len(before)} in-process restart(s) before the fault")
+    after = [e for e in restarts if e["ts"] >= t_fault]
+    assert len(after) == 1, f"{len(after)} in-process restarts for one fault:\n{_tail(res)}"
+    recovered = [e for e in res.kind("recovered")
+                 if e.get("iteration") == after[0]["iteration"]]
+    assert recovered, _tail(res)
+    return recovered[0]["ts"] - t_fault, after[0], recovered[0]
 
 
 def _check(res: JobResult, digest: str, kind: str, world_after: int) -> tuple[float, dict]:
