@@ -221,6 +221,7 @@ def install_scenario(node_dir: str, scenario: str) -> str:
         if old_boot == new_boot:
             with open(log, encoding="utf-8") as fh:
                 lines = fh.read().splitlines() + lines
-        fsutil.atomic_write(log, "".join(line + "\n" for line in lines))
-        fsutil.atomic_write(target, text)
+        # Root-only, like dmesg with kernel.dmesg_restrict=1 (the scenario carries log lines).
+        fsutil.atomic_write(log, "".join(line + "\n" for line in lines), mode=0o600)
+        fsutil.atomic_write(target, text, mode=0o600)
     return target

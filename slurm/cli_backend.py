@@ -16,8 +16,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from resilient_slurm import proc
-from resilient_slurm.slurm.hostlist import compress, expand
-from resilient_slurm.slurm.model import NODE_FLAGS, Job, Node, SlurmError
+from resilient_slurm.slurm.hostlist import HostlistError, compress
+from resilient_slurm.slurm.model import Job, Node, SlurmError
+from resilient_slurm.slurm.parse import (
+    _job_from_json,
+    _job_from_oneliner,
+    _job_id,
+    _node_from_json,
+    _num,
+    _words,
+    parse_oneliner,
+    split_state,
+)
+
+__all__ = ["CliSlurm", "_words", "sanitize_reason", "split_state"]
 
 DEFAULT_SEARCH = "/usr/bin:/usr/local/bin:/opt/slurm/bin:/usr/sbin:/usr/local/sbin"
 _SAFE_REASON = re.compile(r"[^A-Za-z0-9 _.,:;/@+=#()\[\]-]")
@@ -125,13 +137,48 @@ class CliSlurm:
             data = self._json(["squeue", "--json"])  # 22.05 lists every job it knows
         return [_job_from_json(j) for j in data.get("jobs", [])]
 
-    def job(self, job_id: int | str) -> Job:
-        """One job by id; SlurmError if the controller does not know it."""
+    def job(self, job_id: int | str, timeout: float | None = None) -> Job:
+        """One job by id, asking the controller about that job only (``scontrol --json show
+        job ID`` on >= 23.02, ``scontrol -o show job ID`` on 22.05). SlurmError if the
+        controller does not know it, does not answer, or answers with something unreadable."""
         jid = _job_id(job_id)
-        for job in self.jobs():
-            if job.job_id == jid:
-                return job
+        if self.version() >= (23, 2):
+            text = self._run(["scontrol", "--json", "show", "job", str(jid)], timeout)
+            try:
+                data = json.loads(text)
+                raw = [j for j in data.get("jobs", []) if _num(j.get("job_id")) == jid]
+                if raw:
+                    return _job_from_json(raw[0])
+            except (ValueError, TypeError, AttributeError, HostlistError) as exc:
+                raise SlurmError(f"job {jid}: unreadable record ({exc})") from None
+        else:
+            text = self._run(["scontrol", "-o", "show", "job", str(jid)], timeout)
+            for line in text.splitlines():
+                fields = parse_oneliner(line)
+                if fields.get("JobId") == str(jid):
+                    return _job_from_oneliner(fields)
         raise SlurmError(f"job {jid}: no such job (unknown, or finished longer ago than MinJobAge)")
+
+    def kill_wait(self, default: float = 30.0) -> float:
+        """The cluster's ``KillWait`` (seconds between a step's SIGTERM and SIGKILL)."""
+        try:
+            text = self._run(["scontrol", "show", "config"])
+        except SlurmError:
+            return default
+        m = re.search(r"^KillWait\s*=\s*(\d+)", text, re.M)
+        return float(m.group(1)) if m else default
+
+    def signal_step(self, job_id: int | str, step: int | str, signal: str,
+                    timeout: float | None = None) -> None:
+        """Send ``signal`` (a name, e.g. ``TERM``) to every task of one step
+        (``scancel --signal=SIG JOB.STEP``); ``srun`` itself is not signalled, so the tasks
+        may save before they exit."""
+        if not re.fullmatch(r"[A-Z0-9]{1,8}", signal):
+            raise SlurmError(f"invalid signal name {signal!r}")
+        sid = str(step).strip()
+        if not sid.isdigit():
+            raise SlurmError(f"invalid step id {step!r}")
+        self._run(["scancel", f"--signal={signal}", f"{_job_id(job_id)}.{sid}"], timeout)
 
     # -- acting ---------------------------------------------------------------------------
     def drain(self, node: str, reason: str) -> None:
@@ -161,20 +208,23 @@ class CliSlurm:
         _check_name(node)
         self._run(["scontrol", "cancel_reboot", node])
 
-    def requeue(self, job_id: int | str, hold: bool = False) -> None:
-        self._run(["scontrol", "requeuehold" if hold else "requeue", str(_job_id(job_id))])
+    def requeue(self, job_id: int | str, hold: bool = False,
+                timeout: float | None = None) -> None:
+        self._run(["scontrol", "requeuehold" if hold else "requeue", str(_job_id(job_id))],
+                  timeout)
 
-    def release(self, job_id: int | str) -> None:
-        self._run(["scontrol", "release", str(_job_id(job_id))])
+    def release(self, job_id: int | str, timeout: float | None = None) -> None:
+        self._run(["scontrol", "release", str(_job_id(job_id))], timeout)
 
-    def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
+    def set_excluded(self, job_id: int | str, nodes: Iterable[str],
+                     timeout: float | None = None) -> None:
         """Set a job's ``ExcNodeList`` (only while the job is pending, held or requeued)."""
         names = _checked(nodes)
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
-                   f"ExcNodeList={compress(names) if names else ''}"])
+                   f"ExcNodeList={compress(names) if names else ''}"], timeout)
 
     def set_request(self, job_id: int | str, *, required: Iterable[str] | None = None,
-                    num_nodes: int | None = None) -> None:
+                    num_nodes: int | None = None, timeout: float | None = None) -> None:
         """Rewrite a pending or held job's request: ``ReqNodeList`` (empty: none) and an exact
         node count (``NumNodes=N-N``; a bare ``N`` would only lower the minimum)."""
         argv = ["scontrol", "update", f"JobId={_job_id(job_id)}"]
@@ -186,7 +236,7 @@ class CliSlurm:
                 raise SlurmError(f"node count must be >= 1, got {num_nodes}")
             argv.append(f"NumNodes={num_nodes}-{num_nodes}")
         if len(argv) > 3:
-            self._run(argv)
+            self._run(argv, timeout)
 
     def shrink(self, job_id: int | str, keep: Iterable[str]) -> None:
         """Release a running job's other nodes back to Slurm (``scontrol update NodeList=``).
@@ -241,82 +291,3 @@ def _check_name(node: str) -> None:
     if not node or not re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", node):
         raise SlurmError(f"invalid node name {node!r}")
 
-
-def _job_id(job_id: int | str) -> int:
-    text = str(job_id).strip()
-    if not text.isdigit():
-        raise SlurmError(f"invalid job id {job_id!r}")
-    return int(text)
-
-
-def _words(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [w for w in re.split(r"[+,\s]+", value.upper()) if w]
-    return [str(w).upper() for w in value]
-
-
-def split_state(words: list[str]) -> tuple[str, frozenset[str]]:
-    """Base state and flags from Slurm's state words; DRAINED/DRAINING both mean DRAIN."""
-    base = next((w for w in words if w not in NODE_FLAGS), "UNKNOWN")
-    flags = {w for w in words if w in NODE_FLAGS}
-    if flags & {"DRAINED", "DRAINING"}:
-        flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
-    return base, frozenset(flags)
-
-
-def _node_from_json(raw: Mapping[str, Any]) -> Node:
-    base, flags = split_state(_words(raw.get("state")) + _words(raw.get("state_flags")))
-    return Node(
-        name=str(raw.get("name", "")),
-        state=base,
-        flags=flags,
-        reason=str(raw.get("reason") or ""),
-        reason_user=str(raw.get("reason_set_by_user") or ""),
-        addr=str(raw.get("address") or ""),
-    )
-
-
-def _num(value: Any, default: int = 0) -> int:
-    """Slurm >= 23.02 wraps numbers as {"set": bool, "number": n}."""
-    if isinstance(value, dict):
-        return int(value.get("number", default)) if value.get("set", True) else default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _nodes_field(value: Any) -> tuple[str, ...]:
-    if not value or value == "(null)":
-        return ()
-    return tuple(expand(str(value)))
-
-
-def _exit_code(value: Any) -> int:
-    """The job's return code (22.05: a number; >= 23.02: {"return_code": {...}, ...})."""
-    if isinstance(value, dict) and "return_code" in value:
-        return _num(value["return_code"])
-    return _num(value)
-
-
-def _job_from_json(raw: Mapping[str, Any]) -> Job:
-    states = _words(raw.get("job_state"))
-    reason = str(raw.get("state_reason") or "")
-    priority = _num(raw.get("priority"), default=1)
-    return Job(
-        job_id=_num(raw.get("job_id")),
-        name=str(raw.get("name") or ""),
-        state=states[0] if states else "UNKNOWN",
-        nodes=_nodes_field(raw.get("nodes")),
-        restart_count=_num(raw.get("restart_cnt")),
-        excluded=_nodes_field(raw.get("excluded_nodes")),
-        requeue=bool(raw.get("requeue")),
-        reason="" if reason == "None" else reason,
-        held=priority == 0 or reason.startswith("JobHeld"),
-        exit_code=_exit_code(raw.get("exit_code")),
-        required=_nodes_field(raw.get("required_nodes")),
-        extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "user_name")
-               if k in raw},
-    )

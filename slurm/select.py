@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from resilient_slurm.slurm.backend import SlurmBackend
 from resilient_slurm.slurm.cli_backend import CliSlurm
 from resilient_slurm.slurm.model import SlurmError
 
@@ -48,7 +49,7 @@ def connect(
     timeout: float = 15.0,
     bin_dir: str | None = None,
     env: Mapping[str, str] | None = None,
-) -> CliSlurm:
+) -> SlurmBackend:
     """A Slurm handle; ``backend`` is ``auto`` (pyslurm if usable, else CLI), ``cli`` or
     ``pyslurm``."""
     cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env)
