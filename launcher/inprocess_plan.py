@@ -18,12 +18,19 @@ Pure functions here, except :class:`StoreHost`, which runs that one process.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from resilient_slurm import proc
+
+if TYPE_CHECKING:
+    from resilient_slurm.launcher.plan import LaunchOptions
 
 MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
 DEFAULT_HARD_TIMEOUT = 20.0  # train_fsdp.py --hard-timeout default
@@ -72,10 +79,22 @@ def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str) -> dict[str
     return env
 
 
+def configure(opts: LaunchOptions, min_nodes: int, nnodes: int,
+              hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> LaunchOptions:
+    """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be)."""
+    out = proc.run([opts.ft_launcher, "--help"], timeout=60.0)
+    span, extra = ft_args(out.stdout + out.stderr, min_nodes, nnodes, opts.heartbeat_timeout,
+                          opts.initial_heartbeat_timeout, hard_timeout)
+    given = {a.split("=", 1)[0] for a in opts.ft_args}
+    extra = [a for a in extra if a.split("=", 1)[0] not in given]
+    return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args),
+                               min_nnodes=int(span.split(":")[0]))
+
+
 class StoreHost:
     """The in-process store, served by a child process of the launcher."""
 
-    def __init__(self, host: str = "0.0.0.0", startup_timeout: float = 60.0) -> None:
+    def __init__(self, host: str = "0.0.0.0", startup_timeout: float = 180.0) -> None:
         self.host = host
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen[bytes] | None = None

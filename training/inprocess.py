@@ -333,7 +333,9 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
               f"{kept.settings.min_world}: leaving the restart to the launcher", flush=True)
         raise SystemExit(EXIT_BELOW_MIN)
     if state.iteration >= kept.settings.max_iterations:
-        raise RuntimeError(f"in-process restart limit ({kept.settings.max_iterations}) reached")
+        print(f"[inprocess] restart limit ({kept.settings.max_iterations}) reached: leaving "
+              "the restart to the launcher", flush=True)
+        raise SystemExit(EXIT_BELOW_MIN)  # an Exception here would only restart again
     return fn(ctx)
 
 
