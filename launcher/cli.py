@@ -184,7 +184,10 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
             if not dry_run:
                 store = inprocess_plan.StoreHost()
                 store.start()
-                addr = store.address({}, alloc.batch_node)
+                from resilient_slurm.launcher.evidence import node_addresses
+
+                batch = [alloc.batch_node] if alloc.batch_node else []
+                addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
                 opts.extra_env.update(inprocess_plan.worker_env(addr, cfg.min_nodes,
                                                                 nproc_per_node))
         except inprocess_plan.InprocessPlanError as exc:
