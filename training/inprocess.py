@@ -261,7 +261,6 @@ class _Kept:
         self.memory = MemoryState(settings.peer_every)
         self.sockets = SocketAbort()
         self.app_client: torch.distributed.Store | None = None
-        self.history: list[dict[str, Any]] = []  # one record per iteration
 
 
 @dataclasses.dataclass
@@ -326,8 +325,6 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
                   job_store=torch.distributed.PrefixStore(
                       f"{kept.settings.prefix}/job/", kept.app_client),
                   memory=kept.memory, call=call, _kept=kept)
-    kept.history.append({"iteration": ctx.iteration, "rank": ctx.rank,
-                         "world_size": ctx.world_size, "lost": lost})
     if state.active_world_size < kept.settings.min_world:
         print(f"[inprocess] {state.active_world_size} rank(s) left, fewer than "
               f"{kept.settings.min_world}: leaving the restart to the launcher", flush=True)
