@@ -35,11 +35,19 @@ def _step_time(res: JobResult) -> float:
 
 
 def _recovery(res: JobResult) -> tuple[float | None, int | None]:
-    rec = [e for e in res.kind("recovered") if e.get("iteration") == 1]
-    resume = [e for e in res.kind("resume") if e.get("iteration") == 1]
-    if not rec or not resume or not res.fired:
+    """The first in-process restart after the fault (a false restart during warm-up on a
+    loaded machine comes before it and is not this fault's)."""
+    if not res.fired:
         return None, None
-    return rec[0]["ts"] - res.fired[0]["time"], (FAULT_STEP - 1) - resume[0]["step"]
+    t_fault = res.fired[0]["time"]
+    resume = [e for e in res.kind("resume")
+              if (e.get("iteration") or 0) > 0 and e["ts"] >= t_fault]
+    if not resume:
+        return None, None
+    rec = [e for e in res.kind("recovered") if e.get("iteration") == resume[0]["iteration"]]
+    if not rec:
+        return None, None
+    return rec[0]["ts"] - t_fault, (FAULT_STEP - 1) - resume[0]["step"]
 
 
 def main() -> int:
