@@ -104,6 +104,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=int(os.environ.get("RESILIENT_STEP_TIMING_EVERY", "10")),
                    help="emit per-node compute/wait timing every N steps (0: off; env "
                         "RESILIENT_STEP_TIMING_EVERY)")
+    p.add_argument("--inprocess", action="store_true",
+                   help="in-process restart (NVRx Wrapper): faults are recovered in the live "
+                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py)")
+    p.add_argument("--peer-every", type=int, default=1,
+                   help="with --inprocess: refresh the in-memory peer copy every K steps")
+    p.add_argument("--soft-timeout", type=float, default=4.0,
+                   help="with --inprocess: seconds without progress before a restart")
+    p.add_argument("--hard-timeout", type=float, default=20.0,
+                   help="with --inprocess: seconds without progress before a rank is killed")
     return p.parse_args(argv)
 
 
@@ -208,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
+    if args.inprocess:
+        from resilient_slurm.sbatch.train_inprocess import run_inprocess
+
+        return run_inprocess(args, targeted)
     rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
