@@ -1,6 +1,7 @@
 """The docs stay true to the repository: every relative link resolves (file, and heading anchor
-when one is named), and every command-line flag written after one of our commands exists in that
-command's ``--help``. No Slurm needed: the commands' help is produced in-process."""
+when one is named), every repository path named in code exists, and every command-line flag
+written after one of our commands exists in that command's ``--help``. No Slurm needed: the
+commands' help is produced in-process."""
 
 from __future__ import annotations
 
@@ -96,6 +97,21 @@ def broken_links(path: Path) -> list[str]:
             problems.append(f"{path.relative_to(ROOT)}: link to missing {target}")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             problems.append(f"{path.relative_to(ROOT)}: link to missing heading {target}")
+    return problems
+
+
+def missing_paths(path: Path) -> list[str]:
+    """Repository paths named in code spans (``launcher/policy.py``, ``bench/run_all.py``):
+    those that start with one of the repository's folders must exist."""
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for match in re.finditer(r"`([^`\s]+)`", line):
+            name = match.group(1).rstrip(".,:;")
+            if "/" not in name or re.search(r"[<>{}*$\[\]|]", name):
+                continue
+            if name.split("/")[0] in tops and not (ROOT / name).exists():
+                problems.append(f"{path.relative_to(ROOT)}:{number}: no such path {name}")
     return problems
 
 
@@ -234,6 +250,11 @@ def test_relative_links_resolve(doc: Path) -> None:
 
 
 @pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_paths_exist(doc: Path) -> None:
+    assert missing_paths(doc) == []
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_flags_exist_in_help(doc: Path) -> None:
     assert unknown_flags(doc) == []
 
@@ -247,7 +268,7 @@ def test_docs_name_flags_of_every_command() -> None:
 
 
 def test_checker_finds_planted_mistakes(tmp_path: Path) -> None:
-    """A bad link, a bad anchor and a flag no command has are each reported."""
+    """A bad link, a bad anchor, a flag no command has and a missing path are each reported."""
     docs = tmp_path / "docs"
     docs.mkdir()
     page = docs / "page.md"
@@ -256,15 +277,20 @@ def test_checker_finds_planted_mistakes(tmp_path: Path) -> None:
         "See [gone](missing.md), [ok](other.md#a-heading), [bad](other.md#nope).\n\n"
         "```sh\nresilient-health check --simulate xid79 --no-such-flag\n"
         "resilient-launch --max-restarts 3 train.py --lr 3e-4\n```\n\n"
-        "Run `resilient-slurm sandbox up --nodes 4 --bogus`.\n", encoding="utf-8")
+        "Run `resilient-slurm sandbox up --nodes 4 --bogus`.\n\n"
+        "Code in `launcher/policy.py`, not `launcher/no_such_module.py`.\n", encoding="utf-8")
+    (tmp_path / "launcher").mkdir()
+    (tmp_path / "launcher" / "policy.py").write_text("", encoding="utf-8")
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
         links = broken_links(page)
         flags = unknown_flags(page)
+        paths = missing_paths(page)
     finally:
         ROOT = saved
     assert links == ["docs/page.md: link to missing missing.md",
                      "docs/page.md: link to missing heading other.md#nope"]
     assert flags == ["docs/page.md:4: resilient-health check has no --no-such-flag in its --help",
                      "docs/page.md:8: resilient-slurm sandbox up has no --bogus in its --help"]
+    assert paths == ["docs/page.md:10: no such path launcher/no_such_module.py"]
