@@ -68,6 +68,8 @@ def hooks_config(paths: Paths, extra: str = "") -> str:
         f'state_dir = "{p("nodes", "{node}", "hooks")}"\n'
         f'events_file = "{p("log", "events.jsonl")}"\n'
         f'metrics_file = "{p("nodes", "{node}", "metrics.prom")}"\n'
+        # World-readable verdicts where jobs (the launcher's blame) read them.
+        f'verdict_file = "{p("verdicts", "{node}.json")}"\n'
         "resume_after = 2\n"
         "prolog_budget_s = 15\n"
         "epilog_budget_s = 15\n"
