@@ -1,6 +1,7 @@
 """resilient-launch vs ft_launcher alone on an outside-style script, side by side in one run.
 
-Two jobs at once on one 4-node sandbox (2 nodes each, so both meet the same machine load): the
+Four jobs, one at a time in ABBA order (ft_launcher, resilient-launch, resilient-launch,
+ft_launcher) on 2 nodes of one sandbox, so a drift in the machine's load favours neither: the
 same ``tests/launcher/foreign/train_dcp.py`` (FSDP2, its own DCP saves, NVRx heartbeats) with
 the same faults (an exception, a SIGKILL, a hang), once under ``exec resilient-launch`` and once
 under the ``srun ft_launcher`` line a user writes by hand (same heartbeat and term timeouts).
@@ -55,66 +56,77 @@ def recoveries(log: str, gap: float = 1.5) -> dict[str, float]:
     return out
 
 
-def batch_lines(work: Path) -> dict[str, str]:
-    args = [str(SCRIPT), f"--steps={STEPS}", f"--save-dir={work}/{{name}}/ck", "--save-every=5",
-            *(f"--fault={f}" for f in FAULTS), f"--fault-dir={work}/{{name}}/faults"]
-    rl = [str(BIN / "resilient-launch"), "--nproc-per-node=1", f"--heartbeat-timeout={HEARTBEAT}",
-          "--initial-heartbeat-timeout=120", f"--term-timeout={TERM}", "--max-restarts=3",
-          f"--checkpoint-dir={work}/{{name}}/ck", *args]
-    ft = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", str(BIN / "ft_launcher"),
-          "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-          f"--rdzv-endpoint=127.0.0.1:{_port()}", "--rdzv-id=$SLURM_JOB_ID", "--max-restarts=3",
-          f"--ft-rank-heartbeat-timeout={HEARTBEAT}", "--ft-initial-rank-heartbeat-timeout=120",
-          f"--term-timeout={TERM}", f"--workers-stop-timeout={TERM}",
-          "--ft-enable-nic-monitor=false", *args]
-    return {"resilient-launch": "exec " + " ".join(rl).replace("{name}", "rl"),
-            "ft_launcher": " ".join(ft).replace("{name}", "ft")}
+def batch_line(name: str, work: Path) -> str:
+    """The job's one line: ``exec resilient-launch ...`` or the hand-written ft_launcher one."""
+    args = [str(SCRIPT), f"--steps={STEPS}", f"--save-dir={work}/ck", "--save-every=5",
+            *(f"--fault={f}" for f in FAULTS), f"--fault-dir={work}/faults"]
+    if name == RL:
+        return "exec " + " ".join([
+            str(BIN / "resilient-launch"), "--nproc-per-node=1",
+            f"--heartbeat-timeout={HEARTBEAT}", "--initial-heartbeat-timeout=120",
+            f"--term-timeout={TERM}", "--max-restarts=3", f"--checkpoint-dir={work}/ck", *args])
+    return " ".join([
+        "srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", str(BIN / "ft_launcher"),
+        "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{_port()}", "--rdzv-id=$SLURM_JOB_ID", "--max-restarts=3",
+        f"--ft-rank-heartbeat-timeout={HEARTBEAT}", "--ft-initial-rank-heartbeat-timeout=120",
+        f"--term-timeout={TERM}", f"--workers-stop-timeout={TERM}",
+        "--ft-enable-nic-monitor=false", *args])
 
 
-def side_by_side(slurm: Any, conf: str, work: Path, timeout: float = 600) -> dict[str, Any]:
-    """Submit both jobs at once; wait; per mechanism the job state and per-fault recovery."""
+RL, FT = "resilient-launch", "ft_launcher"
+ORDER = (FT, RL, RL, FT)  # ABBA: a drift of the machine's load favours neither
+
+
+def run_one(slurm: Any, conf: str, name: str, work: Path, timeout: float) -> dict[str, Any]:
     env = {**os.environ, "SLURM_CONF": conf, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    jobs = {}
-    for name, line in batch_lines(work).items():
-        short = "rl" if name == "resilient-launch" else "ft"
-        (work / short / "faults").mkdir(parents=True, exist_ok=True)
-        batch = work / f"{short}.sbatch"
-        batch.write_text(f"#!/bin/bash\n{line}\n")
-        jobs[name] = slurm.submit(str(batch), ["--nodes=2", "--open-mode=append",
-                                               f"--output={work}/{short}.out",
-                                               f"--chdir={work}", f"--job-name=bench-{short}"],
-                                  env=env)
+    (work / "faults").mkdir(parents=True, exist_ok=True)
+    batch = work / "job.sbatch"
+    batch.write_text(f"#!/bin/bash\n{batch_line(name, work)}\n")
+    jid = slurm.submit(str(batch), ["--nodes=2", "--open-mode=append", f"--output={work}/job.out",
+                                    f"--chdir={work}", "--job-name=bench-foreign"], env=env)
     deadline = time.monotonic() + timeout
-    states: dict[str, str] = {}
-    while time.monotonic() < deadline and len(states) < len(jobs):
-        for name, jid in jobs.items():
-            st = slurm.job(jid).state
-            if st in TERMINAL:
-                states[name] = st
+    state = slurm.job(jid).state
+    while time.monotonic() < deadline and state not in TERMINAL:
         time.sleep(1)
-    for name, jid in jobs.items():
-        if name not in states:
-            slurm.cancel(jid)
-            states[name] = "TIMEOUT(bench)"
+        state = slurm.job(jid).state
+    if state not in TERMINAL:
+        slurm.cancel(jid)
+        state = "TIMEOUT(bench)"
+    log = (work / "job.out").read_text() if (work / "job.out").exists() else ""
+    return {"mechanism": name, "state": state, "recovery": recoveries(log),
+            "done": f"[script] done step={STEPS}" in log}
+
+
+def side_by_side(slurm: Any, conf: str, work: Path, timeout: float = 420) -> dict[str, Any]:
+    """Both mechanisms, one job at a time in ABBA order, on the same nodes of one sandbox;
+    per mechanism the runs and the mean recovery per fault."""
+    runs = [run_one(slurm, conf, name, work / f"{i}-{'rl' if name == RL else 'ft'}", timeout)
+            for i, name in enumerate(ORDER)]
     out: dict[str, Any] = {}
-    for name in jobs:
-        short = "rl" if name == "resilient-launch" else "ft"
-        log = (work / f"{short}.out").read_text() if (work / f"{short}.out").exists() else ""
-        out[name] = {"state": states[name], "recovery": recoveries(log),
-                     "done": f"[script] done step={STEPS}" in log}
+    for name in (RL, FT):
+        mine = [r for r in runs if r["mechanism"] == name]
+        kinds = set.intersection(*(set(r["recovery"]) for r in mine))
+        out[name] = {"runs": mine, "ok": all(r["state"] == "COMPLETED" and r["done"]
+                                             for r in mine),
+                     "recovery": {k: round(sum(r["recovery"][k] for r in mine) / len(mine), 2)
+                                  for k in kinds}}
     return out
 
 
 def render(res: dict[str, Any]) -> str:
-    lines = ["fault       resilient-launch   ft_launcher alone   difference"]
-    rl, ft = res["resilient-launch"]["recovery"], res["ft_launcher"]["recovery"]
+    lines = ["recovery per fault (the script's own clock: fault -> first step after restart)",
+             "fault       resilient-launch   ft_launcher alone   difference   (runs)"]
+    rl, ft = res[RL]["recovery"], res[FT]["recovery"]
     for kind in ("exception", "sigkill", "hang"):
         a, b = rl.get(kind), ft.get(kind)
         diff = f"{a - b:+.2f}s" if a is not None and b is not None else "?"
+        each = " / ".join(f"{r['recovery'].get(kind, '?')}" for name in (RL, FT)
+                          for r in res[name]["runs"])
         lines.append(f"{kind:10}  {a if a is not None else '?':>14}s  "
-                     f"{b if b is not None else '?':>16}s   {diff}")
-    lines.append("jobs: " + ", ".join(f"{k} {v['state']}{'' if v['done'] else ' (not done)'}"
-                                      for k, v in res.items()))
+                     f"{b if b is not None else '?':>16}s   {diff:>9}   ({each})")
+    lines.append("jobs: " + ", ".join(f"{r['mechanism']} {r['state']}" for name in (RL, FT)
+                                      for r in res[name]["runs"]))
     return "\n".join(lines)
 
 

@@ -57,12 +57,12 @@ def _default_ckpt(args: tuple[str, ...]) -> str | None:
     return None
 
 
-def default_state_dir(env: dict[str, str], job_id: int, ckpt: str | None) -> str:
-    """CHECKPOINT_DIR/.resilient, else .resilient-JOBID in the submit directory (shared by
-    the job's requeues, which keep the job id)."""
+def default_state_dir(job_id: int, ckpt: str | None) -> str:
+    """CHECKPOINT_DIR/.resilient, else .resilient-JOBID in the job's working directory (where
+    slurm-JOBID.out lands by default; shared by the job's requeues, which keep the job id)."""
     if ckpt:
         return os.path.join(ckpt, ".resilient")
-    return os.path.join(env.get("SLURM_SUBMIT_DIR") or os.getcwd(), f".resilient-{job_id}")
+    return os.path.join(os.getcwd(), f".resilient-{job_id}")
 
 
 def _die(msg: str) -> None:
@@ -95,7 +95,7 @@ def _die(msg: str) -> None:
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               envvar="RESILIENT_LAUNCH_STATE_DIR",
               help="Launcher state on shared storage [default: CHECKPOINT_DIR/.resilient, "
-                   "else SLURM_SUBMIT_DIR/.resilient-JOBID].")
+                   "else ./.resilient-JOBID in the job's working directory].")
 @click.option("--no-progress-limit", type=click.IntRange(1), default=3, show_default=True,
               help="Stop (exit 3) after this many failed cycles/requeues in a row without "
                    "progress (a higher reported step or a newer complete checkpoint).")
@@ -145,7 +145,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         _die(str(exc))
     ckpt = checkpoint_dir or _default_ckpt(args)
     ckpt = os.path.abspath(ckpt) if ckpt else None
-    sdir = os.path.abspath(state_dir or default_state_dir(env, alloc.job_id, ckpt))
+    sdir = os.path.abspath(state_dir or default_state_dir(alloc.job_id, ckpt))
     if min_nodes is not None and min_nodes > len(alloc.nodes):
         _die(f"--min-nodes {min_nodes} > {len(alloc.nodes)} allocated node(s)")
     opts = plan.LaunchOptions(
