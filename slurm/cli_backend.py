@@ -301,6 +301,24 @@ def _exit_code(value: Any) -> int:
     return _num(value)
 
 
+# Job state flags in the order Slurm's job_state_string() reports them (what squeue's %T and
+# 22.05's squeue --json show); >= 23.02 JSON lists the base state and its flags instead, e.g.
+# ["COMPLETED", "COMPLETING"] while the epilog still runs.
+JOB_FLAG_ORDER = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                  "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD",
+                  "SIGNALING")
+JOB_BASES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def job_state(words: Sequence[str]) -> str:
+    """One state word as Slurm itself names the job: a reported flag wins over the base."""
+    for flag in JOB_FLAG_ORDER:
+        if flag in words:
+            return flag
+    return next((w for w in words if w in JOB_BASES), words[0] if words else "UNKNOWN")
+
+
 def _job_from_json(raw: Mapping[str, Any]) -> Job:
     states = _words(raw.get("job_state"))
     reason = str(raw.get("state_reason") or "")
@@ -308,7 +326,7 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
     return Job(
         job_id=_num(raw.get("job_id")),
         name=str(raw.get("name") or ""),
-        state=states[0] if states else "UNKNOWN",
+        state=job_state(states),
         nodes=_nodes_field(raw.get("nodes")),
         restart_count=_num(raw.get("restart_cnt")),
         excluded=_nodes_field(raw.get("excluded_nodes")),
