@@ -25,6 +25,7 @@ repo=$(cd "$here/../.." && pwd)
 #    matches "not test_launch_slurm").
 SELECT=(
     tests/slurm/test_seam_cluster.py
+    tests/slurm/test_doctor.py
     tests/hooks/test_hooks_cluster.py
     tests/training/test_checkpoint.py
     tests/launcher/test_launch_slurm.py
