@@ -39,11 +39,7 @@ class EventLog:
             **self.defaults,
             **{k: v for k, v in fields.items() if v is not None},
         }
-        line = json.dumps(event, sort_keys=False, default=str)
-        if len(line) > MAX_EVENT_BYTES:
-            event["evidence"] = "(truncated: event too large)"
-            event.pop("details", None)
-            line = json.dumps(event, default=str)[:MAX_EVENT_BYTES]
+        line = fit(event)
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(self.path, flags, 0o644)
@@ -52,6 +48,29 @@ class EventLog:
         finally:
             os.close(fd)
         return event
+
+
+def fit(event: dict[str, Any], limit: int = MAX_EVENT_BYTES) -> str:
+    """``event`` as one JSON line of at most ``limit`` bytes: when too large, the largest free
+    fields are replaced by a note (largest first) until it fits, so the line stays valid JSON
+    and keeps its schema fields."""
+    line = json.dumps(event, default=str)
+    if len(line.encode()) <= limit:
+        return line
+    event = dict(event)
+    keep = {"ts", "time", "kind", "source", "node", "job"}
+    sizes = sorted(((len(json.dumps(v, default=str)), k) for k, v in event.items()
+                    if k not in keep), reverse=True)
+    dropped = []
+    for _size, key in sizes:
+        event.pop(key)
+        dropped.append(key)
+        event["truncated"] = dropped
+        line = json.dumps(event, default=str)
+        if len(line.encode()) <= limit:
+            return line
+    return json.dumps({k: str(event[k])[:1000] for k in keep if k in event}
+                      | {"truncated": dropped})
 
 
 def read_events(path: str) -> Iterator[dict[str, Any]]:

@@ -15,6 +15,7 @@ from resilient_slurm.config import HealthConfig, ProfileSpec
 
 from .gpu import GpuInfo, GpuSnapshot
 from .model import FAIL, OK, UNKNOWN, WARN, Result
+from .registry import EPILOG, EVERY_SET, PERIODIC, PROLOG, declare
 
 # Clock-event reason bits (nvmlClocksEventReasons).
 CLOCK_IDLE = 0x1
@@ -87,7 +88,32 @@ def per_gpu(check: str, snap: GpuSnapshot, field: str, judge: Judge, ok_reason: 
         r = judge(gpu, gpu.values[field])
         if r is not None:
             found.append(r)
-    return found or [Result(check, OK, "OK", ok_reason)]
+    return found or [Result(check, OK, "OK", ok_reason, values_seen(snap, field))]
+
+
+_SHOW: dict[str, Callable[[Any], str]] = {
+    "ecc": lambda v: f"volatile={v[0]} aggregate={v[1]}",
+    "remapped_rows": lambda v: f"correctable={v[0]} uncorrectable={v[1]} pending={v[2]} "
+                               f"failure={v[3]}",
+    "retired_pages": lambda v: f"dbe_pages={v[0]} pending={v[1]}",
+    "clock_reasons": lambda v: f"0x{int(v):x}",
+    "temperature": lambda v: f"{v}C",
+    "nvlink": lambda v: f"{sum(1 for up in v if up)}/{len(v)} up",
+    "pcie": lambda v: f"gen{v[0]} x{v[1]} (max gen{v[2]} x{v[3]})",
+}
+
+
+def values_seen(snap: GpuSnapshot, field: str) -> str:
+    """What NVML said for ``field`` on each GPU (``clock_reasons: gpu0 0x1; gpu1 0x1``): an ok
+    result's evidence, so a report shows the values it judged, not only the verdict."""
+    show = _SHOW.get(field, str)
+    parts = []
+    for gpu in snap.gpus:
+        if field in gpu.values:
+            parts.append(f"gpu{gpu.index} {show(gpu.values[field])}")
+        elif field in gpu.errors:
+            parts.append(f"gpu{gpu.index} {gpu.errors[field]}")
+    return f"{field}: " + "; ".join(parts) if parts else ""
 
 
 def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: str = "",
@@ -97,6 +123,7 @@ def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: st
                   action=action, device=dev)
 
 
+@declare("gpu_count", "nvml", EVERY_SET, fields=(), context="gpu")
 def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     """NVML answers and sees the profile's GPU count (node-wide, even in a scoped prolog:
     a vanished GPU shifts the indices jobs are given)."""
@@ -123,11 +150,16 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                           f"(driver {snap.driver})", f"count={have}")]
 
 
+@declare("ecc", "nvml", EVERY_SET, fields=("ecc",), context="gpu")
 def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     cfg = ctx.cfg
 
     def judge(gpu: GpuInfo, value: tuple[int, int]) -> Result | None:
         vol, agg = value
+        if vol < 0 or agg < 0:
+            return _r("ecc", UNKNOWN, "ECC_IMPLAUSIBLE", gpu, f"impossible ECC counts "
+                      f"({vol}, {agg}): the tool's answer cannot be trusted",
+                      f"volatile={vol} aggregate={agg}")
         if vol > cfg.ecc_volatile_uncorrected_max:
             return _r("ecc", FAIL, "ECC_DBE", gpu, f"{vol} uncorrectable ECC errors since the "
                       "last reset", f"volatile={vol} aggregate={agg}", action="reset_gpu")
@@ -140,6 +172,7 @@ def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=Result("ecc", WARN, "ECC_DISABLED", "ECC not enabled"))
 
 
+@declare("row_remap", "nvml", EVERY_SET, fields=("remapped_rows",), context="gpu")
 def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, value: tuple[int, int, bool, bool]) -> Result | None:
         corr, unc, pending, failure = value
@@ -155,6 +188,7 @@ def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("row_remap", snap, "remapped_rows", judge, "no failed or pending row remaps")
 
 
+@declare("retired_pages", "nvml", (PERIODIC,), fields=("retired_pages",), context="gpu")
 def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     limit = ctx.cfg.retired_pages_max
 
@@ -172,6 +206,7 @@ def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    "no pending page retirement (not applicable where row remapping is used)")
 
 
+@declare("clocks", "nvml", (PERIODIC,), fields=("clock_reasons",), context="gpu")
 def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, bits: int) -> Result | None:
         names = [n for b, n in ((CLOCK_HW_SLOWDOWN, "HW slowdown"),
@@ -188,10 +223,15 @@ def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("clocks", snap, "clock_reasons", judge, "no hardware clock slowdown")
 
 
+@declare("temperature", "nvml", (PERIODIC,), fields=("temperature",), context="gpu")
 def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     cfg = ctx.cfg
 
     def judge(gpu: GpuInfo, temp: int) -> Result | None:
+        if not isinstance(temp, (int, float)) or temp != temp or not -40 < temp < 200:
+            return _r("temperature", UNKNOWN, "TEMP_IMPLAUSIBLE", gpu, f"impossible "
+                      f"temperature {temp} C: the tool's answer cannot be trusted",
+                      f"temp={temp}")
         if temp >= cfg.temperature_fail_c:
             return _r("temperature", FAIL, "GPU_TEMP", gpu, f"{temp} C (limit "
                       f"{cfg.temperature_fail_c:g} C)", f"temp={temp}C", action="drain")
@@ -203,6 +243,7 @@ def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("temperature", snap, "temperature", judge, "temperatures within limits")
 
 
+@declare("nvlink", "nvml", (PROLOG, PERIODIC), fields=("nvlink",), context="gpu")
 def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     want = ctx.profile.nvlinks_per_gpu
 
@@ -219,6 +260,7 @@ def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=ns if want else None)
 
 
+@declare("pcie", "nvml", (PERIODIC,), fields=("pcie", "clock_reasons"), context="gpu")
 def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     p = ctx.profile
 
@@ -240,6 +282,7 @@ def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width")
 
 
+@declare("fabric", "nvml", (PROLOG, PERIODIC), fields=("fabric",), context="gpu")
 def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     if not ctx.profile.nvswitch:
         return [Result("fabric", OK, "SKIPPED", "profile has no NVSwitch fabric")]
@@ -255,6 +298,7 @@ def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=ns)
 
 
+@declare("recovery_action", "nvml", EVERY_SET, fields=("recovery_action",), context="gpu")
 def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, value: int) -> Result | None:
         action, text = RECOVERY.get(value, ("drain", f"unknown recovery action {value}"))
@@ -267,6 +311,7 @@ def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]
                    "driver requests no recovery action (or has no such field)")
 
 
+@declare("gpu_procs", "nvml", (EPILOG,), fields=("processes",), context="gpu")
 def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, pids: list[int]) -> Result | None:
         if pids:
@@ -278,6 +323,7 @@ def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("gpu_procs", snap, "processes", judge, "no processes left on the GPUs")
 
 
+@declare("gpu_memory", "nvml", (EPILOG,), fields=("memory",), context="gpu")
 def evaluate_gpu_memory(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     limit = ctx.cfg.gpu_memory_used_max_mib
 

@@ -1,5 +1,6 @@
-"""Gathering evidence after (or during) a cycle: Slurm node states, exit records, training
-fault events, torchelastic error files and a parallel health sweep over ``srun``.
+"""Gathering evidence after (or during) a cycle: Slurm node states, the per-node start and
+exit records of the cycle's step, torchelastic error files and the health verdicts the hooks
+published for each node. No root check runs here: the launcher runs as the job's user.
 
 Everything here reads; the verdict is ``blame.decide``'s.
 """
@@ -9,21 +10,17 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from resilient_slurm.events import read_events
-from resilient_slurm.launcher import blame, plan
-from resilient_slurm.slurm import SlurmError
-
-NODE_FAULT_TYPES = frozenset({"node", "xid", "gpu", "node_fault"})
+from resilient_slurm.launcher import blame, plan, published
+from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 
-def node_addresses(slurm: Any, nodes: Sequence[str]) -> dict[str, str]:
+def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
     """Each node's NodeAddr (``Node.addr`` from the seam, else DNS); "" when none is known."""
     addrs: dict[str, str] = {}
     try:
@@ -41,7 +38,7 @@ def node_addresses(slurm: Any, nodes: Sequence[str]) -> dict[str, str]:
     return addrs
 
 
-def node_states(slurm: Any, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
+def node_states(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
     """node -> ("STATE+FLAGS", reason); empty when the controller does not answer."""
     try:
         return {n.name: ("+".join([n.state, *sorted(n.flags)]), n.reason)
@@ -53,6 +50,8 @@ def node_states(slurm: Any, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
 def exit_records(record_dir: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in glob.glob(os.path.join(record_dir, "*.json")):
+        if path.endswith(".started.json"):
+            continue
         try:
             with open(path, encoding="utf-8") as fh:
                 rec = json.load(fh)
@@ -63,21 +62,27 @@ def exit_records(record_dir: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def is_node_fault(ev: Mapping[str, Any]) -> bool:
-    if ev.get("kind") != "fault" or ev.get("source") == "launcher" or not ev.get("node"):
-        return False
-    kinds = {str(ev.get(k, "")).lower() for k in ("fault_type", "type", "fault")}
-    return bool(kinds & NODE_FAULT_TYPES)
-
-
-def node_faults(events_path: str, since: float) -> dict[str, list[str]]:
-    """Node faults the training reported (``fault`` events naming a node) since ``since``."""
-    out: dict[str, list[str]] = {}
-    for ev in read_events(events_path):
-        if float(ev.get("ts", 0)) >= since and is_node_fault(ev):
-            what = ev.get("detail") or ev.get("xid") or ev.get("fault_type") or ev.get("type")
-            out.setdefault(str(ev["node"]), []).append(f"{what} at step {ev.get('step', '?')}")
+def step_records(record_dir: str) -> dict[str, dict[str, Any]]:
+    """The node shims' ``<node>.started.json`` records of one cycle: node -> record."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in glob.glob(os.path.join(record_dir, "*.started.json")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and "node" in rec:
+            out[str(rec["node"])] = rec
     return out
+
+
+def step_id(record_dir: str) -> str | None:
+    """This cycle's Slurm step id, as its tasks saw it (None before any task started)."""
+    for rec in step_records(record_dir).values():
+        sid = str(rec.get("step") or "")
+        if sid.isdigit():
+            return sid
+    return None
 
 
 def error_files(cycle_dir: str) -> dict[str, list[str]]:
@@ -96,68 +101,55 @@ def error_files(cycle_dir: str) -> dict[str, list[str]]:
     return out
 
 
-def health_program() -> str:
-    local = os.path.join(os.path.dirname(sys.executable), "resilient-health")
-    return local if os.access(local, os.X_OK) else (shutil.which("resilient-health")
-                                                     or "resilient-health")
+def verdicts(pattern: str, nodes: Sequence[str], since: float, max_age: float,
+             job_id: int, env: Mapping[str, str], out_dir: str,
+             timeout: float) -> dict[str, published.Verdict]:
+    """Each node's published verdict, fresh ones only (time >= ``since - max_age``): read
+    here where the file is visible (shared storage), else on the node itself through one
+    ``srun --overlap`` that only reads (no root check runs as the user)."""
+    got = {n: published.read(published.path_for(pattern, n)) for n in nodes}
+    missing = [n for n, v in got.items() if v is None]
+    if missing and pattern:
+        got.update(_read_remote(pattern, missing, job_id, env, out_dir, timeout))
+    return {n: v for n, v in got.items() if v is not None and v.ts >= since - max_age}
 
 
-def parse_health(rec: Mapping[str, Any] | None) -> tuple[str, tuple[str, ...]]:
-    """(status, reasons) from one node's ``resilient-health check --json`` record."""
-    if rec is None:
-        return blame.NO_ANSWER, ()
-    if rec.get("rc") == 127 or rec.get("error"):
-        return "", ()  # the tool is not installed there: no evidence either way
-    try:
-        data = json.loads(str(rec.get("stdout", "")))
-    except ValueError:
-        return blame.UNKNOWN, (f"unparseable output, exit {rec.get('rc')}",)
-    status = str(data.get("status", "")).lower()
-    if status not in (blame.HEALTHY, blame.UNHEALTHY, blame.UNKNOWN):
-        status = {0: blame.HEALTHY, 1: blame.UNHEALTHY}.get(int(rec.get("rc", 3)), blame.UNKNOWN)
-    reasons = tuple(f"{r.get('check')}: {r.get('reason') or r.get('code')}"
-                    for r in data.get("results", []) if isinstance(r, dict)
-                    and str(r.get("status", "")).lower() not in ("ok", "pass", "healthy"))
-    return status, reasons
-
-
-def health_argv(nodes: Sequence[str], out_dir: str, job_id: int, config: str | None,
-                timeout: float) -> list[str]:
-    """The sweep's srun line: every node at once, a failing node does not stop the others."""
-    cmd = [health_program(), "check", "--json", *(["--config", config] if config else [])]
-    argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir, {}), *cmd],
+def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[str, str],
+                 out_dir: str, timeout: float) -> dict[str, published.Verdict | None]:
+    cmd = [sys.executable, "-m", "resilient_slurm.launcher.published", pattern]
+    argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir), *cmd],
                              ["--overlap", f"--time={max(1, int(timeout // 60) + 1)}"], job_id)
     argv = [a.replace("--kill-on-bad-exit=1", "--kill-on-bad-exit=0") for a in argv]
     argv.insert(argv.index("--"), "--capture")
-    return argv
-
-
-def health_sweep(nodes: Sequence[str], out_dir: str, job_id: int, env: Mapping[str, str],
-                 config: str | None, timeout: float) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Run ``resilient-health check --json`` on every node at once; no answer -> no-answer."""
-    argv = health_argv(nodes, out_dir, job_id, config, timeout)
     try:
         subprocess.run(argv, env=dict(env), timeout=timeout, check=False,  # noqa: S603
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, OSError):
         pass
     recs = exit_records(out_dir)
-    return {n: parse_health(recs.get(n)) for n in nodes}
+    return {n: published.parse(str(recs.get(n, {}).get("stdout", ""))) for n in nodes}
 
 
-def gather(slurm: Any, nodes: Sequence[str], cycle_dir: str, events_path: str, since: float,
-           health: Mapping[str, tuple[str, tuple[str, ...]]]) -> list[blame.NodeEvidence]:
+def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
+           found: Mapping[str, published.Verdict],
+           slow: Mapping[str, str] | None = None) -> list[blame.NodeEvidence]:
+    """Evidence per node; ``slow``: node -> the straggler verdict's evidence, if any."""
     states = node_states(slurm, nodes)
-    recs = exit_records(os.path.join(cycle_dir, "nodes"))
-    faults = node_faults(events_path, since)
+    rec_dir = os.path.join(cycle_dir, "nodes")
+    recs = exit_records(rec_dir)
+    starts = step_records(rec_dir)
     errs = error_files(cycle_dir)
     out = []
     for n in nodes:
         state, reason = states.get(n, ("", ""))
-        status, reasons = health.get(n, ("", ()))
+        v = found.get(n)
         rc = recs.get(n, {}).get("rc")
+        st = starts.get(n)
         out.append(blame.NodeEvidence(
             node=n, slurm_state=state, drain_reason=reason if "DRAIN" in state else "",
-            health=status, health_reasons=reasons, exit_code=rc if isinstance(rc, int) else None,
-            node_faults=tuple(faults.get(n, ())), error_files=tuple(errs.get(n, ()))))
+            verdict=v.status if v else "", verdict_codes=v.codes if v else (),
+            started=(st is not None or n in recs) if starts or recs else None,
+            signalled=bool(st and st.get("signalled")),
+            exit_code=rc if isinstance(rc, int) else None, error_files=tuple(errs.get(n, ())),
+            slow=(slow or {}).get(n, "")))
     return out

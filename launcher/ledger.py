@@ -5,11 +5,16 @@ change, so a requeued batch script (same state dir on shared storage) picks up w
 one stopped: which nodes are excluded and why, strikes of nodes that failed ambiguously, how
 many cycles ran, the best committed checkpoint step seen and how many cycles or requeues in a
 row made no progress.
+
+The ledger belongs to one job: a requeue (same job id) continues it; a new job that reuses the
+state directory starts a fresh one (the old file is kept as ``ledger.<job>.json``). Strikes
+decay: each cycle that makes progress takes one strike off every node.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +33,8 @@ class Ledger:
     no_progress: int = 0
     requeues: int = 0  # requeues this launcher asked for
     job_id: int | None = None
+    excluded_at: dict[str, float] = field(default_factory=dict)  # node -> unix time
+    user_excluded: list[str] | None = None  # the job's own ExcNodeList before we touched it
 
     # -- progress --------------------------------------------------------------------------
     def record_progress(self, step: int | None) -> bool:
@@ -35,6 +42,7 @@ class Ledger:
         if step is not None and (self.best_step is None or step > self.best_step):
             self.best_step = step
             self.no_progress = 0
+            self.strikes = {n: k - 1 for n, k in self.strikes.items() if k > 1}
             return True
         self.no_progress += 1
         return False
@@ -44,8 +52,15 @@ class Ledger:
         self.strikes[node] = self.strikes.get(node, 0) + n
         return self.strikes[node]
 
-    def exclude(self, node: str, why: str) -> None:
+    def exclude(self, node: str, why: str, now: float | None = None) -> None:
         self.excluded[node] = why
+        self.excluded_at[node] = time.time() if now is None else now
+
+    def readmit(self, node: str) -> None:
+        """An excluded node that was repaired: usable again, with a clean slate."""
+        self.excluded.pop(node, None)
+        self.excluded_at.pop(node, None)
+        self.strikes.pop(node, None)
 
     def usable(self, nodes: list[str] | tuple[str, ...]) -> list[str]:
         return [n for n in nodes if n not in self.excluded]
@@ -60,18 +75,29 @@ class Ledger:
         led = cls(**known)
         led.strikes = {str(k): int(v) for k, v in led.strikes.items()}
         led.excluded = {str(k): str(v) for k, v in led.excluded.items()}
+        led.excluded_at = {str(k): float(v) for k, v in led.excluded_at.items()}
+        if led.user_excluded is not None:
+            led.user_excluded = [str(n) for n in led.user_excluded]
         return led
 
 
-def load(state_dir: str) -> Ledger:
-    """The ledger in ``state_dir`` (a fresh one when absent; a corrupt one is kept aside)."""
+def load(state_dir: str, job_id: int | None = None) -> Ledger:
+    """The ledger in ``state_dir`` for ``job_id`` (a fresh one when absent, unreadable or
+    another job's; a corrupt one is kept aside as ``.corrupt``, another job's as
+    ``ledger.<job>.json``)."""
     path = os.path.join(state_dir, LEDGER_FILE)
     try:
         data = read_json(path, default=None)
-    except ValueError:
+        led = Ledger() if not isinstance(data, dict) else Ledger.from_json(data)
+    except (ValueError, TypeError, AttributeError):
         os.replace(path, path + ".corrupt")
-        data = None
-    return Ledger() if not isinstance(data, dict) else Ledger.from_json(data)
+        return Ledger(job_id=job_id)
+    if job_id is not None and led.job_id is not None and led.job_id != job_id:
+        os.replace(path, os.path.join(state_dir, f"ledger.{led.job_id}.json"))
+        return Ledger(job_id=job_id)
+    if job_id is not None:
+        led.job_id = job_id
+    return led
 
 
 def save(state_dir: str, led: Ledger) -> None:

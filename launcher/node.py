@@ -1,9 +1,19 @@
 """The per-node shim ``srun`` starts: ``python -m resilient_slurm.launcher.node [opts] -- CMD...``.
 
-It fills ``{local_addr}`` (this node's address from ``--addrs``; the option carrying it is
-dropped when unknown) and ``{node}`` into CMD, runs it, forwards SIGTERM/SIGINT/SIGUSR1 to it,
-and writes ``<record-dir>/<node>.json`` (``node``, ``rc``, ``start``, ``end``) atomically, so
-the supervisor knows each node's exit code; a node without a record never finished.
+It fills ``{local_addr}`` (this node's address from ``--addrs-file``, a JSON map node ->
+address, so no argv carries the whole node list; the option carrying it is dropped when
+unknown) and ``{node}`` into CMD, runs it, and forwards SIGTERM/SIGINT/SIGUSR1/SIGUSR2 to it
+(each signal once: Slurm signals every process of the step as well, and a second SIGTERM would
+cut ft_launcher's own orderly stop short).
+
+Records, each written atomically under ``--record-dir``:
+
+* ``<node>.started.json`` as soon as CMD runs (``node``, ``step``: ``$SLURM_STEP_ID``, ``pid``,
+  ``start``), rewritten with ``signalled`` (time, signal) when the step is asked to stop;
+* ``<node>.json`` when CMD ended (``node``, ``rc``, ``start``, ``end``).
+
+So the supervisor tells a node that never answered (no ``started``) from one killed by the
+step's teardown (``started`` and ``signalled`` but no exit record) and signals the step by id.
 
 When ``$RESILIENT_EVENTS_FILE`` is set, CMD's stderr passes through this shim line by line, and
 the moment NVRx's rank monitor reports missing heartbeats ("Did not get subsequent heartbeat")
@@ -14,6 +24,7 @@ when a hang was found, not only when training resumed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -25,6 +36,7 @@ from typing import IO
 
 from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write_json
+from resilient_slurm.launcher import observe
 
 LOCAL_ADDR = "{local_addr}"
 NODE = "{node}"
@@ -65,7 +77,8 @@ def hang_report(line: str) -> dict[str, object] | None:
 
 
 def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
-    """Copy ``stream`` to our stderr; emit ``hang_detected`` for each rank monitor report."""
+    """Copy ``stream`` to our stderr; emit an event for each line ``observe`` recognises
+    (hang reports, failed workers, restarts, rendezvous rounds, first heartbeats)."""
     out = sys.stderr.buffer
     for raw in iter(stream.readline, b""):  # never stop draining: a full pipe blocks training
         try:
@@ -73,23 +86,35 @@ def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
             out.flush()
         except OSError:
             pass
-        report = hang_report(raw.decode("utf-8", "replace"))
-        if report is not None:
+        seen = observe.parse_line(raw.decode("utf-8", "replace"))
+        if seen is not None:
             try:
-                events.emit("hang_detected", **report)
+                events.emit(seen[0], **seen[1])
             except OSError as exc:  # the events file is an aid; the relay must go on
-                print(f"resilient-launch node: cannot record a hang: {exc}", file=sys.stderr)
+                print(f"resilient-launch node: cannot record {seen[0]}: {exc}",
+                      file=sys.stderr)
 
 
-def parse_addrs(text: str) -> dict[str, str]:
-    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
-    return {k: v for k, v in pairs}
+def read_addrs(path: str) -> dict[str, str]:
+    """node -> address from the supervisor's JSON map ({} when absent or unreadable)."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def started_path(record_dir: str, node: str) -> str:
+    return os.path.join(record_dir, f"{node}.started.json")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="resilient_slurm.launcher.node")
     ap.add_argument("--record-dir", required=True)
-    ap.add_argument("--addrs", default="")
+    ap.add_argument("--addrs-file", default="")
     ap.add_argument("--capture", action="store_true", help="keep CMD's stdout in the record")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
@@ -97,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cmd:
         ap.error("no command")
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
-    cmd = substitute(cmd, node, parse_addrs(ns.addrs).get(node, ""))
+    cmd = substitute(cmd, node, read_addrs(ns.addrs_file).get(node, ""))
     start = time.time()
+    os.makedirs(ns.record_dir, exist_ok=True)
     events_file = os.environ.get("RESILIENT_EVENTS_FILE")
     watch = bool(events_file) and not ns.capture
     try:
@@ -112,11 +138,24 @@ def main(argv: list[str] | None = None) -> int:
                            "end": time.time()})
         return 127
 
+    started: dict[str, object] = {"node": node, "step": os.environ.get("SLURM_STEP_ID"),
+                                  "job": os.environ.get("SLURM_JOB_ID"), "pid": child.pid,
+                                  "start": round(start, 3)}
+    _write_started(ns.record_dir, node, started)
+    seen: set[int] = set()
+
     def forward(signum: int, _frame: object) -> None:
+        if signum in seen:
+            return
+        seen.add(signum)
         try:
             child.send_signal(signum)
         except ProcessLookupError:
             pass
+        if "signalled" not in started:
+            started["signalled"] = round(time.time(), 3)
+            started["signal"] = signal.Signals(signum).name
+            _write_started(ns.record_dir, node, started)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
@@ -136,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(ns.record_dir, exist_ok=True)
     atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"), record)
     return rc if rc >= 0 else 128 - rc
+
+
+def _write_started(record_dir: str, node: str, record: dict[str, object]) -> None:
+    try:
+        atomic_write_json(started_path(record_dir, node), record)
+    except OSError as exc:  # the record is evidence; the training must run regardless
+        print(f"resilient-launch node: cannot write the started record: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

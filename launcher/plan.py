@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import re
 import sys
@@ -27,7 +28,6 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
     "ignore_missing_cfg": ("--ignore-missing-fault-tol-cfg",),
     "term_timeout": ("--term-timeout",),
     "workers_stop_timeout": ("--workers-stop-timeout",),
-    "monitor_interval": ("--monitor-interval",),
     "workload_check_interval": ("--ft-workload-check-interval",
                                 "--ft-param-workload_check_interval"),
     "restart_check_interval": ("--ft-restart-check-interval",
@@ -73,13 +73,15 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Features:
-    """The options the installed ``ft_launcher`` accepts."""
+    """The options the installed ``ft_launcher`` accepts (less those it calls deprecated)."""
 
     flags: frozenset[str]
     version: str = ""
+    deprecated: frozenset[str] = frozenset()
 
     def flag(self, name: str) -> str | None:
-        return next((f for f in FT_FLAGS[name] if f in self.flags), None)
+        return next((f for f in FT_FLAGS[name] if f in self.flags and f not in self.deprecated),
+                    None)
 
 
 def parse_help(text: str) -> frozenset[str]:
@@ -87,9 +89,21 @@ def parse_help(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", text))
 
 
+# NVRx warns "Argument --X is deprecated ..." for each deprecated flag on its command line,
+# before argparse handles --help: one ``--help`` run with every spelling we might pass names them.
+DEPRECATED_LINE = re.compile(r"Argument (--[\w-]+) is deprecated")
+
+
+def parse_deprecated(text: str) -> frozenset[str]:
+    """The flags an ``ft_launcher --help FLAG...`` run warned about as deprecated."""
+    return frozenset(DEPRECATED_LINE.findall(text))
+
+
 def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> Features:
-    """Run ``ft_launcher --help`` and read which flags this NVRx release has."""
-    out = proc.run([ft_launcher, "--help"], timeout=timeout)
+    """Run ``ft_launcher --help`` and read which flags this NVRx release has (and which of
+    the spellings we know it calls deprecated)."""
+    spellings = sorted({f for names in FT_FLAGS.values() for f in names})
+    out = proc.run([ft_launcher, "--help", *spellings], timeout=timeout)
     if not out.ok:
         raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
                         "install nvidia-resiliency-ext>=0.4.1")
@@ -100,7 +114,7 @@ def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> 
         version = _version("nvidia-resiliency-ext")
     except Exception:  # noqa: BLE001 - the version is informative only
         pass
-    return Features(parse_help(out.stdout + out.stderr), version)
+    return Features(parse_help(out.stdout), version, parse_deprecated(out.stderr))
 
 
 @dataclass
@@ -119,12 +133,45 @@ class LaunchOptions:
     srun_args: tuple[str, ...] = ()
     ft_launcher: str = "ft_launcher"
     extra_env: dict[str, str] = field(default_factory=dict)
+    min_nnodes: int | None = None  # --nnodes MIN:N (in-process restart's min-healthy level 1)
 
 
-def rdzv_port(alloc: Allocation, cycle: int, low: int = 20000, span: int = 30000) -> int:
-    """A port derived from the job (cluster, id, requeue) and cycle: fresh each cycle."""
+EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's ip_local_port_range default
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """This host's ephemeral port range (Linux's default when unreadable)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            lo, hi = (int(x) for x in fh.read().split()[:2])
+        return (lo, hi) if 0 < lo <= hi <= 65535 else EPHEMERAL_DEFAULT
+    except (OSError, ValueError):
+        return EPHEMERAL_DEFAULT
+
+
+def ft_restart_budget(max_restarts: int) -> int:
+    """ft_launcher's own ``--max-restarts`` for a per-job budget of ``max_restarts``.
+
+    ft_launcher counts per node (an agent spends one only when its own workers failed), so
+    faults spread over nodes could outlast the user's budget. The supervisor counts restarts
+    of the whole job (rendezvous rounds) and stops the cycle past the budget; each node's
+    ft_launcher gets one more so it never gives up first (0 stays 0: the first fault ends
+    the cycle either way)."""
+    return max_restarts + 1 if max_restarts > 0 else 0
+
+
+def rdzv_port(alloc: Allocation, cycle: int,
+              ephemeral: tuple[int, int] = EPHEMERAL_DEFAULT) -> int:
+    """A port derived from the job (cluster, id, requeue) and cycle, fresh each cycle, and
+    outside the ephemeral range (where any outgoing connection may already hold it): the
+    larger free stretch of 10000-65535 around that range."""
+    lo, hi = ephemeral
+    below, above = (10000, min(lo, 65536)), (max(hi + 1, 10000), 65536)
+    start, end = max((below, above), key=lambda r: r[1] - r[0])
+    if end - start < 1000:
+        start, end = 10000, 65536  # an ephemeral range that covers nearly everything
     key = f"{alloc.cluster}:{alloc.job_id}:{alloc.restart_count}:{cycle}".encode()
-    return low + int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % span
+    return start + int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % (end - start)
 
 
 def rdzv_id(alloc: Allocation, cycle: int) -> str:
@@ -134,7 +181,8 @@ def rdzv_id(alloc: Allocation, cycle: int) -> str:
 def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str, rid: str,
                log_dir: str | None = None) -> list[str]:
     """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
-    argv = [opts.ft_launcher, f"--nnodes={nnodes}", f"--nproc-per-node={opts.nproc_per_node}",
+    span = f"{min(opts.min_nnodes, nnodes)}:{nnodes}" if opts.min_nnodes else str(nnodes)
+    argv = [opts.ft_launcher, f"--nnodes={span}", f"--nproc-per-node={opts.nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rid}",
             f"--max-restarts={opts.max_restarts}"]
     given = {a.split("=", 1)[0] for a in opts.ft_args if a.startswith("--")}
@@ -152,8 +200,10 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     add("ignore_missing_cfg")
     add("term_timeout", _num(opts.term_timeout))
     add("workers_stop_timeout", _num(opts.term_timeout))
-    add("monitor_interval", 1)
-    add("workload_check_interval", 1)  # NVRx checks heartbeats every 5 s by default
+    # No --monitor-interval: ft_launcher's own (0.1 s in 0.4.1) finds a dead rank soonest.
+    # NVRx checks heartbeats every 5 s by default; 0.25 s finds a hang (and its last heartbeat,
+    # the report less the timeout) within a quarter second, for a negligible cost.
+    add("workload_check_interval", 0.25)
     if log_dir:
         add("log_dir", log_dir)
     argv += list(opts.ft_args)
@@ -162,17 +212,33 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     return [*argv, opts.script, *opts.script_args]
 
 
-def node_wrapper(record_dir: str, addrs: Mapping[str, str]) -> list[str]:
-    """The per-node shim: records each node's exit code, fills in ``{local_addr}``/``{node}``."""
+def node_wrapper(record_dir: str, addrs_file: str = "") -> list[str]:
+    """The per-node shim: records each node's start and exit, fills in ``{local_addr}`` (from
+    the JSON map in ``addrs_file``) and ``{node}``."""
     return [sys.executable, "-m", "resilient_slurm.launcher.node", f"--record-dir={record_dir}",
-            "--addrs=" + ",".join(f"{n}={a}" for n, a in addrs.items()), "--"]
+            *([f"--addrs-file={addrs_file}"] if addrs_file else []), "--"]
+
+
+NODELIST_ARG_MAX = 4096  # longer node lists go through a file (one argv string <= 128 KiB)
+
+
+def nodelist_option(nodes: Sequence[str], nodefile: str = "") -> str:
+    """``--nodelist=a,b`` for short lists, the compressed hostlist for longer ones, and
+    ``--nodefile=FILE`` (the caller writes ``nodes`` there) when even that is long."""
+    plain = ",".join(nodes)
+    if len(plain) <= NODELIST_ARG_MAX:
+        return f"--nodelist={plain}"
+    short = compress(list(nodes))
+    if len(short) <= NODELIST_ARG_MAX or not nodefile:
+        return f"--nodelist={short}"
+    return f"--nodefile={nodefile}"
 
 
 def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str] = (),
-                 job_id: int | None = None) -> list[str]:
+                 job_id: int | None = None, nodefile: str = "") -> list[str]:
     """One task per node on exactly ``nodes``."""
     argv = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1", "--unbuffered"]
+            nodelist_option(nodes, nodefile), "--kill-on-bad-exit=1", "--unbuffered"]
     if job_id is not None:
         argv.append(f"--jobid={job_id}")
     return [*argv, *extra, *inner]
@@ -188,20 +254,26 @@ class Cycle:
     rdzv_id: str
     argv: tuple[str, ...]
     record_dir: str
+    files: tuple[tuple[str, str], ...] = ()  # (path, text) to write before running argv
 
 
 def plan_cycle(alloc: Allocation, opts: LaunchOptions, feats: Features, nodes: Sequence[str],
-               addrs: Mapping[str, str], cycle: int, cycle_dir: str) -> Cycle:
+               addrs: Mapping[str, str], cycle: int, cycle_dir: str,
+               ephemeral: tuple[int, int] = EPHEMERAL_DEFAULT) -> Cycle:
     if not nodes:
         raise PlanError("no node left to launch on")
-    endpoint = f"{addrs.get(nodes[0]) or nodes[0]}:{rdzv_port(alloc, cycle)}"
+    endpoint = f"{addrs.get(nodes[0]) or nodes[0]}:{rdzv_port(alloc, cycle, ephemeral)}"
     rid = rdzv_id(alloc, cycle)
     record_dir = os.path.join(cycle_dir, "nodes")
+    addrs_file = os.path.join(cycle_dir, "addrs.json")
+    nodefile = os.path.join(cycle_dir, "nodelist")
     ft = ft_command(opts, feats, len(nodes), endpoint, rid,
                     log_dir=os.path.join(cycle_dir, "torchelastic", NODE))
-    wrapper = node_wrapper(record_dir, {n: addrs.get(n, "") for n in nodes})
-    argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id)
-    return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir)
+    wrapper = node_wrapper(record_dir, addrs_file)
+    argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id, nodefile)
+    files = ((addrs_file, json.dumps({n: addrs.get(n, "") for n in nodes})),
+             (nodefile, "\n".join(nodes) + "\n"))
+    return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir, files)
 
 
 def _per_node(counts: str, n: int) -> list[str] | None:

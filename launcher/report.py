@@ -1,10 +1,19 @@
 """``resilient-slurm report STATE_DIR``: what happened to a job, from its ``events.jsonl``.
 
+Built from the launcher's own observations, so it works for any training script: cycles,
+in-job restarts (rendezvous rounds), failed workers, tracebacks, hang reports with the rank,
+first heartbeats after a restart (see ``observe``). Training events, when the script sends
+them (our training library, or ``progress.report_step``), add fault types, steps, resumes.
+
 Prints the timeline, each fault with what handled it (in-job restart by ft_launcher, elastic
-relaunch without a node, requeue, or a verdict), for hangs the detection time (fault -> NVRx's
-missing-heartbeat report, ``hang_detected``), recovery time per fault (fault -> the next
-training ``resume``), steps lost (done before the fault, redone after it) and goodput
-(productive training time / wall time; a step counts once, the last time it was done).
+relaunch without a node, requeue, or a verdict) as decided in the fault's own cycle, for hangs
+the detection time (fault -> NVRx's missing-heartbeat report), the restart's rendezvous,
+recovery time per fault (fault -> the next training ``resume``, else the first heartbeat after
+the restart), steps lost (done before the fault, redone after it) and goodput (productive
+training time / wall time; a step counts once, the last time it was done). What the events
+cannot tell (steps and goodput without step reports) is printed as unknown, never 0.
+Without training fault events a fault's time is the launcher's first report of it (a
+traceback, a dead worker; for a hang the last heartbeat: the report less the timeout).
 ``--plot FILE.png`` draws the step over time with faults and recoveries marked (matplotlib,
 imported only then).
 """
@@ -19,6 +28,7 @@ from typing import Any
 import click
 
 from resilient_slurm.events import read_events
+from resilient_slurm.launcher import straggler
 
 
 @dataclass
@@ -29,8 +39,11 @@ class FaultRow:
     step: Any
     handled_by: str
     recovery_s: float | None
-    lost_steps: int
+    lost_steps: int | None  # None: unknown (no step reports)
     detected_s: float | None = None  # fault -> NVRx's missing-heartbeat report (hangs)
+    rank: Any = None  # the rank that failed / hung first, as observed
+    rendezvous_s: float | None = None  # fault -> the restart's rendezvous round joined
+    cycle: int | None = None
 
 
 @dataclass
@@ -38,57 +51,156 @@ class Report:
     start: float
     end: float
     faults: list[FaultRow] = field(default_factory=list)
-    productive_s: float = 0.0
+    productive_s: float | None = None  # None: unknown (no step reports)
     final_step: int | None = None
     verdict: str = ""
     requeues: int = 0
     cycles: int = 0
+    restarts: int = 0  # in-job restarts the launcher saw (rendezvous rounds after the first)
 
     @property
     def wall_s(self) -> float:
         return max(self.end - self.start, 0.0)
 
     @property
-    def goodput(self) -> float:
-        return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
+    def goodput(self) -> float | None:
+        if self.productive_s is None or self.wall_s <= 0:
+            return None
+        return self.productive_s / self.wall_s
 
 
 def _is_fault(e: dict[str, Any]) -> bool:
     return e.get("kind") == "fault"
 
 
-def _handler(events: list[dict[str, Any]], i: int) -> tuple[str, int | None, int | None]:
-    """What handled the fault at ``events[i]``, the index of the recovering ``resume``, and
-    that of the first missing-heartbeat report in between."""
-    how, found = "in-job restart (ft_launcher)", None
+def _training_resume(e: dict[str, Any]) -> bool:
+    return e.get("kind") == "resume" and e.get("source") == "training"
+
+
+def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
+             ) -> tuple[str, int | None, int | None, int | None]:
+    """What handled the fault at ``events[i]``; the indexes of the recovery (the next training
+    ``resume``, or for an observed fault the first heartbeat after its restart), of the first
+    missing-heartbeat report and of the restart's rendezvous. A hang report or a restart
+    counts only inside the fault's own cycle; exclusions, requeues and verdicts that end the
+    cycle are its handling, and recovery may come in a later cycle."""
+    how, found, rdzv = "in-job restart (ft_launcher)", None, None
+    own = True
     for j in range(i + 1, len(events)):
         e = events[j]
         k = e.get("kind")
-        if k == "hang_detected" and found is None:
+        if k == "cycle_start":
+            own = False
+        elif k == "hang_detected" and own and found is None \
+                and not (observed and events[i].get("type") != "hang"):
             found = j
             how = "in-job restart (ft_launcher, missing heartbeats)"
+        elif k == "rendezvous" and own and rdzv is None:
+            rdzv = j
         elif k == "exclude":
             how = f"elastic relaunch without {e.get('node')}"
         elif k == "requeue":
             excl = ",".join(e.get("excluded") or [])
             how = "requeue" + (f" excluding {excl}" if excl else "")
         elif k == "verdict" and e.get("verdict") != "completed":
-            return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found
-        elif k == "resume" and e.get("source") == "training":
-            return how, j, found
+            return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found, rdzv
+        elif _training_resume(e) or (observed and k == "first_heartbeat"
+                                     and (rdzv is not None or not own)):
+            if e.get("level") == "inprocess":  # level 0: the same processes, from memory
+                lost = ",".join(str(r) for r in e.get("lost_ranks") or [])
+                how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
+                                                       else ")")
+            return how, j, found, rdzv
         elif _is_fault(e) and e.get("source") == "training":
-            return how, None, found
-    return how, None, found
+            return how, None, found, rdzv
+        elif observed and e.get("kind") == OBSERVED_FAULT:
+            return how, None, found, rdzv
+    return how, None, found, rdzv
+
+
+OBSERVED_FAULT = "observed_fault"
+_REPORTS = ("worker_exception", "worker_failed", "hang_detected", "rank_disconnected",
+            "peer_lost")
+
+
+def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fault a group of reports describes: the first incident that is no consequence of
+    another. A hang report that follows a traceback or a dead worker is ranks blocked behind
+    it; a traceback of a rank that lost its peer ("Connection closed by peer") is the peer's
+    fault; a rank that disconnects without a traceback died of a signal."""
+    lost = {e.get("rank") for e in group if e["kind"] == "peer_lost"}
+    raised = {e.get("rank") for e in group if e["kind"] == "worker_exception"}
+    failed = [e for e in group if e["kind"] == "worker_failed"]
+    for e in group:
+        k, rank = e["kind"], e.get("rank")
+        if k == "hang_detected":
+            ts = float(e["ts"]) - float(e.get("waited_s") or 0)
+            return {"type": "hang", "rank": rank, "node": e.get("node"), "ts": ts}
+        if k == "worker_exception" and rank not in lost:
+            return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
+        if k == "rank_disconnected" and rank not in raised and failed:
+            sig = next((f for f in failed if f.get("node") == e.get("node")), failed[0])
+            what = sig.get("signal") or f"exit {sig.get('exitcode')}"
+            return {"type": what, "rank": rank, "node": e.get("node"), "ts": e["ts"]}
+        if k == "worker_failed" and not raised - lost:
+            what = e.get("signal") or f"exit {e.get('exitcode')}"
+            return {"type": what, "rank": f"{e.get('node')}:{e.get('local_rank')}",
+                    "node": e.get("node"), "ts": e["ts"]}
+    if raised:  # only consequences seen: the first traceback stands for the fault
+        e = next(x for x in group if x["kind"] == "worker_exception")
+        return {"type": "exception", "rank": e.get("rank"), "node": e.get("node"),
+                "ts": e["ts"]}
+    return None  # ranks that only disconnected: a normal end
+
+
+def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Faults as the launcher saw them, for any script: the failure reports (tracebacks, dead
+    workers, disconnected ranks, missing heartbeats) up to the next rendezvous round or cycle
+    end are one fault (``_culprit``). Its time is the culprit's first report (for a hang the
+    report less the heartbeat timeout it waited: the last heartbeat)."""
+    out: list[dict[str, Any]] = []
+    group: list[dict[str, Any]] = []
+
+    def close() -> None:
+        found = _culprit(group) if group else None
+        if found is not None:
+            out.append({**found, "ts": round(float(found["ts"]), 3), "kind": OBSERVED_FAULT,
+                        "source": "launcher", "node": found.get("node") or "",
+                        "cycle": group[0].get("cycle")})
+        group.clear()
+
+    cycle, stopping = None, False
+    for e in events:
+        k = e.get("kind")
+        if k in ("cycle_start", "cycle_end") or (k == "rendezvous" and group):
+            close()
+            if k == "cycle_start":
+                cycle, stopping = e.get("cycle"), False
+        elif k == "stop_cycle":  # the launcher stopped the step: what dies now is no fault
+            close()
+            stopping = True
+        elif k in _REPORTS and not stopping:
+            group.append({**e, "cycle": cycle})
+    close()
+    return out
 
 
 def build(events: list[dict[str, Any]]) -> Report:
+    """The report from the launcher's own observations (cycles, restarts, failure and hang
+    reports, rendezvous, first heartbeats), enriched by training events when present (their
+    faults, steps, resumes). What cannot be known is None, never 0."""
     events = sorted(events, key=lambda e: float(e.get("ts", 0)))
     if not events:
         return Report(0.0, 0.0)
+    training = any(_is_fault(e) and e.get("source") == "training" for e in events)
+    if not training:
+        events = sorted(events + observed_faults(events), key=lambda e: float(e.get("ts", 0)))
     rep = Report(float(events[0]["ts"]), float(events[-1]["ts"]))
     done: dict[int, float] = {}
     prev: tuple[float, int] | None = None
     high = None
+    rounds: dict[Any, set[int]] = {}
+    cycle = None
     for i, e in enumerate(events):
         kind, ts = e.get("kind"), float(e.get("ts", 0))
         if kind == "progress" and isinstance(e.get("step"), int):
@@ -97,32 +209,45 @@ def build(events: list[dict[str, Any]]) -> Report:
                 done[s] = ts - prev[0]
             prev = (ts, s)
             high = s if high is None else max(high, s)
-        elif kind == "resume" and e.get("source") == "training":
+        elif _training_resume(e):
             prev = (ts, int(e.get("step") or 0))
         elif kind == "cycle_start":
             rep.cycles += 1
+            cycle = e.get("cycle", rep.cycles)
+        elif kind == "rendezvous" and isinstance(e.get("round"), int):
+            rounds.setdefault(cycle, set()).add(e["round"])
         elif kind == "requeue":
             rep.requeues += 1
         elif kind == "verdict":
             rep.verdict = str(e.get("verdict", ""))
-        if _is_fault(e):
-            how, j, found = _handler(events, i)
+        if _is_fault(e) or kind == OBSERVED_FAULT:
+            observed = kind == OBSERVED_FAULT
+            how, j, found, rdzv = _handler(events, i, observed)
             rec = float(events[j]["ts"]) - ts if j is not None else None
             det = float(events[found]["ts"]) - ts if found is not None else None
-            resumed = int(events[j].get("step") or 0) if j is not None else None
-            lost = max((high or 0) - resumed, 0) if resumed is not None else 0
-            rep.faults.append(FaultRow(ts, str(e.get("type") or e.get("fault_type") or "?"),
-                                       str(e.get("node") or ""), e.get("step"), how, rec, lost,
-                                       det))
+            rdv = float(events[rdzv]["ts"]) - ts if rdzv is not None else None
+            resumed = events[j].get("step") if j is not None else None
+            lost = max((high or 0) - int(resumed), 0) if isinstance(resumed, int) \
+                and high is not None else None
+            rep.faults.append(FaultRow(
+                ts, str(e.get("type") or e.get("fault_type") or "?"), str(e.get("node") or ""),
+                e.get("step"), how, rec, lost, det, e.get("rank"), rdv,
+                e.get("cycle", cycle)))
+    rep.restarts = sum(max(len(r) - 1, 0) for r in rounds.values())
     keep = rep.final_step = high
-    rep.productive_s = sum(d for s, d in done.items() if keep is None or s <= keep)
+    if done:
+        rep.productive_s = sum(d for s, d in done.items() if keep is None or s <= keep)
     return rep
+
+
+def _s(x: float | None, unknown: str = "unknown") -> str:
+    return f"{x:.1f}s" if x is not None else unknown
 
 
 def render(rep: Report, events: list[dict[str, Any]]) -> str:
     lines = ["Timeline:"]
     for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
-        if e.get("kind") in ("progress",):
+        if e.get("kind") in ("progress", "rank_disconnected", "step_timing"):
             continue
         extra = {k: e[k] for k in ("node", "step", "type", "cycle", "nodes", "rc", "verdict",
                                    "rank", "waited_s", "done", "reason", "blamed", "excluded",
@@ -133,15 +258,26 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     if not rep.faults:
         lines.append("  none")
     for f in rep.faults:
-        rec = f"{f.recovery_s:.1f}s" if f.recovery_s is not None else "not recovered"
+        rec = _s(f.recovery_s, "not recovered" if f.handled_by.startswith("verdict")
+                 else "unknown")
         det = f"detected after {f.detected_s:.1f}s; " if f.detected_s is not None else ""
-        lines.append(f"  +{f.ts - rep.start:8.1f}s {f.what:10} node={f.node or '-':8} "
-                     f"step={f.step}  handled by: {f.handled_by}; {det}recovery {rec}; "
-                     f"lost steps {f.lost_steps}")
+        rdv = f"rendezvous after {f.rendezvous_s:.1f}s; " if f.rendezvous_s is not None else ""
+        rank = f" rank={f.rank}" if f.rank is not None else ""
+        lost = "unknown" if f.lost_steps is None else str(f.lost_steps)
+        step = "unknown" if f.step is None else f.step
+        lines.append(f"  +{f.ts - rep.start:8.1f}s {f.what:10} node={f.node or '-':8}{rank} "
+                     f"step={step}  handled by: {f.handled_by}; {det}{rdv}recovery {rec}; "
+                     f"lost steps {lost}")
+    known = [f.lost_steps for f in rep.faults]
+    lost_all = "unknown" if None in known else str(sum(x or 0 for x in known))
+    final = "unknown" if rep.final_step is None else rep.final_step
+    good = "unknown (no step reports)" if rep.goodput is None else f"{rep.goodput:.1%}"
+    lines += straggler.render_speed(sorted(events, key=lambda e: float(e.get("ts", 0))),
+                                    rep.start)
     lines.append(f"Summary: verdict {rep.verdict or '-'}, {rep.cycles} cycle(s), "
-                 f"{rep.requeues} requeue(s), final step {rep.final_step}, "
-                 f"lost steps {sum(f.lost_steps for f in rep.faults)}, wall {rep.wall_s:.1f}s, "
-                 f"productive {rep.productive_s:.1f}s, goodput {rep.goodput:.1%}")
+                 f"{rep.restarts} in-job restart(s), {rep.requeues} requeue(s), final step "
+                 f"{final}, lost steps {lost_all}, wall {rep.wall_s:.1f}s, productive "
+                 f"{_s(rep.productive_s)}, goodput {good}")
     return "\n".join(lines)
 
 
@@ -163,7 +299,8 @@ def plot(rep: Report, events: list[dict[str, Any]], path: str) -> None:
                        alpha=0.3, label="recovery" if i == 0 else None)
     ax.set_xlabel("seconds since launch")
     ax.set_ylabel("training step")
-    ax.set_title(f"goodput {rep.goodput:.1%}, {len(rep.faults)} fault(s), "
+    good = "unknown" if rep.goodput is None else f"{rep.goodput:.1%}"
+    ax.set_title(f"goodput {good}, {len(rep.faults)} fault(s), "
                  f"{rep.requeues} requeue(s)")
     ax.legend(loc="lower right")
     fig.tight_layout()

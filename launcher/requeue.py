@@ -1,78 +1,105 @@
 """Requeue the running job with nodes excluded, from inside its own batch script.
 
-``ExcNodeList`` cannot change while the job runs, so: ``requeuehold`` (the job leaves RUNNING;
-this script gets SIGTERM within milliseconds and SIGKILL after KillWait, and the ``scontrol``
-call itself may be killed after the requeue took effect), then ``set_excluded``, then
-``release``. Each step is retried until a deadline well inside KillWait; the caller ignores
-SIGTERM around it. Without nodes to exclude a plain ``requeue`` is enough.
+``ExcNodeList`` cannot change while the job runs. It can once the job left RUNNING, and a
+requeued job may not start again before ``cred_expire`` (120 s by default) has passed. So:
+a plain ``requeue`` (this script gets SIGTERM within milliseconds, which the caller ignores,
+and SIGKILL after KillWait; the ``scontrol`` call itself may be killed after the requeue took
+effect), then, while the job waits, the ``ExcNodeList`` and request update. The job is never
+held: whatever fails (a call that times out because the controller is stalled, a refused
+update, an unreadable job record), it ends requeued, or not requeued with an error for the
+caller's verdict; it is never left waiting for a release nobody will send. An update that did
+not apply costs one more cycle at most: the requeued launcher's ledger still excludes the
+nodes. The whole sequence has a budget inside ``KillWait`` and every call a timeout within it.
 
-While held, the request is also made satisfiable again: a required node list
-(``sbatch --nodelist``) loses the excluded nodes (else the job would pend forever on
+The update also makes the request satisfiable again: a required node list (``sbatch
+--nodelist``) loses the excluded nodes (else the job would pend forever on
 ``BadConstraints``), and a job that released nodes while running gets its original node count
-back (``NumNodes=N-N``), since a shrink lowers it for good.
+back (``NumNodes=N-N``), since a shrink lowers it for good. The job's own ``ExcNodeList``
+(the user's ``--exclude``) is merged with ours, never replaced.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from resilient_slurm.slurm import SlurmError
+from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 HELD_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "REQUEUE_FED")
 
 
-def _retry(action: Any, deadline: float, done: Any = None) -> str:
-    """Run ``action`` until it succeeds (or ``done()`` says its effect is there); "" or error."""
+@dataclass(frozen=True)
+class Result:
+    error: str = ""  # "" when the job was requeued and updated
+    requeued: bool = False  # the requeue took (``error`` then says what update did not)
+    unconfirmed: bool = False  # the controller never answered: it may still take effect
+
+
+def budget_for(kill_wait: float) -> float:
+    """Seconds the whole sequence may take: well inside KillWait (SIGKILL ends us then)."""
+    return max(2.0, kill_wait * 0.7 - 1.0)
+
+
+def _retry(action: Callable[[], object], deadline: float, call_timeout: float,
+           done: Callable[[], bool] | None = None) -> str:
+    """Run ``action`` until it succeeds (or ``done()`` says its effect is there); "" or the
+    last error. Any exception counts as a failure to retry, never as an escape."""
     err = ""
     while True:
         try:
             action()
             return ""
-        except SlurmError as exc:
-            err = exc.message
+        except Exception as exc:  # noqa: BLE001 - SlurmError or a parsing bug: retry, report
+            err = exc.message if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
         try:
             if done is not None and done():
                 return ""
-        except SlurmError:
+        except Exception:  # noqa: BLE001, S110 - a failed check is "not done yet"
             pass
-        if time.monotonic() >= deadline:
+        if time.monotonic() + min(call_timeout, 0.5) >= deadline:
             return err
-        time.sleep(0.1)
+        time.sleep(0.2)
 
 
-def requeue_excluding(slurm: Any, job_id: int, excluded: Sequence[str],
-                      budget_s: float = 4.0, num_nodes: int | None = None) -> str:
-    """Requeue ``job_id`` avoiding ``excluded`` (with ``num_nodes`` nodes when given);
-    returns "" on success, else the error."""
+def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
+                      budget_s: float = 4.0, num_nodes: int | None = None,
+                      user_excluded: Sequence[str] | None = None) -> Result:
+    """Requeue ``job_id`` with ``ExcNodeList`` = ``excluded`` plus the user's own exclusions
+    (``user_excluded``; None: keep every node the job excludes now), and ``num_nodes`` nodes
+    when given."""
     deadline = time.monotonic() + budget_s
+    call = max(1.0, budget_s / 4)
+
+    def left() -> float:  # each call's timeout: its share, never past the deadline
+        return max(0.5, min(call, deadline - time.monotonic()))
 
     def requeued() -> bool:
-        job = slurm.job(job_id)
+        job = slurm.job(job_id, timeout=left())
         return job.state in HELD_STATES or job.held
 
-    if not excluded and num_nodes is None:
-        return _retry(lambda: slurm.requeue(job_id, hold=False), deadline, requeued)
-    err = _retry(lambda: slurm.requeue(job_id, hold=True), deadline, requeued)
+    err = _retry(lambda: slurm.requeue(job_id, hold=False, timeout=left()), deadline, call,
+                 requeued)
     if err:
-        return f"requeuehold: {err}"
-    err = _retry(lambda: slurm.set_excluded(job_id, list(excluded)), deadline) \
-        if excluded else ""
-    if not err:
-        err = _retry(lambda: _fix_request(slurm, job_id, excluded, num_nodes), deadline)
-    # Release even when the exclusion failed: a held job nobody releases is worse.
-    rel = _retry(lambda: slurm.release(job_id), deadline + 2,
-                 lambda: not slurm.job(job_id).held)
-    if err:
-        return f"set ExcNodeList/request: {err}"
-    return f"release: {rel}" if rel else ""
+        return Result(f"requeue: {err}", unconfirmed="no answer" in err)
+    if not excluded and num_nodes is None and user_excluded is None:
+        return Result(requeued=True)
+    err = _retry(lambda: _fix_request(slurm, job_id, excluded, user_excluded, num_nodes,
+                                      left()), deadline, call)
+    return Result(f"requeued, but ExcNodeList/request not updated: {err}" if err else "",
+                  requeued=True)
 
 
-def _fix_request(slurm: Any, job_id: int, excluded: Sequence[str], num_nodes: int | None) -> None:
-    required = slurm.job(job_id).required
-    conflict = set(required) & set(excluded)
+def _fix_request(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
+                 user_excluded: Sequence[str] | None, num_nodes: int | None,
+                 timeout: float) -> None:
+    job = slurm.job(job_id, timeout=timeout)
+    keep = set(job.excluded) if user_excluded is None else set(user_excluded)
+    wanted = keep | set(excluded)
+    if wanted != set(job.excluded):
+        slurm.set_excluded(job_id, sorted(wanted), timeout=timeout)
+    conflict = set(job.required) & set(excluded)
     if conflict or num_nodes is not None:
         slurm.set_request(job_id, num_nodes=num_nodes,
-                          required=[n for n in required if n not in conflict]
-                          if conflict else None)
+                          required=[n for n in job.required if n not in conflict]
+                          if conflict else None, timeout=timeout)

@@ -1,4 +1,5 @@
-"""The cycle loop: launch, wait (watching for node faults), gather evidence, decide, act.
+"""The cycle loop: launch, wait (watching for node faults and signals), gather evidence, ask
+``policy.decide`` what next, act.
 
 Exit codes (the contract, also in ``resilient-launch --help``):
 
@@ -7,70 +8,76 @@ Exit codes (the contract, also in ``resilient-launch --help``):
 * ``3`` no-progress verdict: no new committed checkpoint across ``--no-progress-limit`` cycles
   or requeues (a deterministic crash); the job is not requeued;
 * ``4`` budget exhausted: a requeue was needed but ``--max-requeues`` is spent (or requeue
-  refused / failed), or too few usable nodes and no requeue left;
+  refused / failed), or too few usable nodes and no requeue left; also ``requeue-unconfirmed``:
+  the controller did not answer the requeue within KillWait (it may still take it);
 * ``5`` requeued: Slurm restarts this batch script (with blamed nodes excluded);
 * ``143`` terminated by SIGTERM (``scancel``, preemption): the training was asked to save and
   the job is left to Slurm (never requeued by us); ``SIGUSR1`` (``--signal=B:USR1@T`` before a
   time limit) instead means save, then requeue;
 * ``1`` internal error.
+
+Stopping a cycle signals the step's tasks (``scancel --signal=TERM JOB.STEP``), never ``srun``
+(which answers SIGTERM by SIGKILLing every task): ft_launcher and the training get SIGTERM,
+may save, and are killed only after ``--term-timeout``.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import signal
 import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from resilient_slurm.events import EventLog
-from resilient_slurm.launcher import blame, evidence, ledger, plan
-from resilient_slurm.slurm import SlurmError
+from resilient_slurm.fsutil import atomic_write
+from resilient_slurm.launcher import (
+    blame,
+    evidence,
+    ledger,
+    observe,
+    plan,
+    policy,
+    progress,
+    published,
+    straggler,
+)
+from resilient_slurm.launcher.policy import Action, Phase, Signal
+from resilient_slurm.launcher.requeue import budget_for, requeue_excluding
+from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
 EXIT_TERMINATED = 143
+EXIT_OF = {Action.DONE: EXIT_DONE, Action.TERMINATE: EXIT_TERMINATED,
+           Action.NO_PROGRESS: EXIT_NO_PROGRESS, Action.BUDGET: EXIT_BUDGET}
+VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
+              Action.NO_PROGRESS: "no-progress", Action.BUDGET: "budget-exhausted"}
 
 
 @dataclass
 class Settings:
-    checkpoint_dir: str
+    checkpoint_dir: str | None  # None: progress from step reports only
     state_dir: str
     min_nodes: int
     max_requeues: int = 3
     no_progress_limit: int = 3
     max_strikes: int = 2
-    health_config: str | None = None
+    max_blame_share: float = 0.5
+    verdict_path: str = ""  # published health verdicts, "{node}" per node
+    verdict_max_age: float = 300.0
     health_timeout: float = 30.0
     watch_interval: float = 1.0
-
-
-def committed_step(checkpoint_dir: str) -> int | None:
-    """The latest complete checkpoint's step (training's layout when installed)."""
-    try:
-        from resilient_slurm.training.layout import latest_committed_step  # type: ignore
-    except ImportError:
-        latest_committed_step = None
-    if latest_committed_step is not None:
-        try:
-            return latest_committed_step(checkpoint_dir)  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
-    best = None
-    for marker in glob.glob(os.path.join(checkpoint_dir, "*", "COMMITTED")):
-        m = re.search(r"(\d+)$", os.path.basename(os.path.dirname(marker)))
-        if m and (best is None or int(m.group(1)) > best):
-            best = int(m.group(1))
-    return best
+    state_check_interval: float = 5.0
+    checkpoint_marker: str | None = None  # the user's own completion-marker file name
+    max_restarts: int | None = None  # in-job restarts per cycle, counted for the whole job
+    straggler: straggler.Settings | None = None  # None: no straggler verdicts
 
 
 class Supervisor:
     """One batch script's run of the cycle loop (a requeued script starts a new one)."""
 
-    def __init__(self, slurm: Any, alloc: plan.Allocation, opts: plan.LaunchOptions,
+    def __init__(self, slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
                  feats: plan.Features, cfg: Settings, env: Mapping[str, str]) -> None:
         self.slurm, self.alloc, self.opts, self.feats, self.cfg = slurm, alloc, opts, feats, cfg
         self.events_path = os.path.join(cfg.state_dir, "events.jsonl")
@@ -78,136 +85,230 @@ class Supervisor:
         self.env = {**env, **opts.extra_env, "RESILIENT_EVENTS_FILE": self.events_path,
                     "RESILIENT_STATE_DIR": cfg.state_dir,
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        self.led = ledger.load(cfg.state_dir)
+        self.led = ledger.load(cfg.state_dir, alloc.job_id)
         self.requested_nodes = len(alloc.nodes)  # before any release
         self.proc: subprocess.Popen[bytes] | None = None
-        self.got_signal: int | None = None
+        self.signal = Signal.NONE
+        self.kill_wait = 30.0
+        self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
+        self.said_no_signal = False
 
-    # -- signals ---------------------------------------------------------------------------
+    # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.got_signal = signum
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # ft_launcher forwards it: training saves
+        if signum == signal.SIGTERM or self.signal is Signal.NONE:
+            self.signal = Signal.TERM if signum == signal.SIGTERM else Signal.USR1
 
     def _save(self) -> None:
         ledger.save(self.cfg.state_dir, self.led)
+
+    def _progress_step(self) -> int | None:
+        """The training's progress now (the one call the no-progress rule reads): step
+        reports or the newest complete checkpoint in any layout (``progress.observe``)."""
+        return progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                                self.cfg.checkpoint_marker).step
+
+    def _record_progress(self) -> int | None:
+        """Count a finished cycle toward the no-progress rule, only when a progress signal
+        exists: restarts alone never lead to a no-progress verdict (said once in the log)."""
+        p = progress.observe(self.cfg.checkpoint_dir, self.events_path,
+                             self.cfg.checkpoint_marker)
+        if p.known:
+            self.led.record_progress(p.step)
+        elif not self.said_no_signal:
+            self.said_no_signal = True
+            why = ("no progress signal (no step reports, no complete checkpoint under "
+                   f"{self.cfg.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
+                   "verdict is off; failed cycles are requeued until --max-requeues is spent")
+            self.log.emit("no_progress_signal", detail=why)
+            print(f"resilient-launch: {why}", flush=True)
+        return p.step
+
+    def _state(self, phase: Phase, usable: int, blamed: int = 0) -> policy.State:
+        return policy.State(phase, self.signal, usable, self.cfg.min_nodes, blamed,
+                            self.led.no_progress, self.cfg.no_progress_limit,
+                            self.alloc.restart_count, self.cfg.max_requeues)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
-        self.led.job_id = self.alloc.job_id
+        self.kill_wait = self.slurm.kill_wait()
+        if self.led.user_excluded is None:
+            self.led.user_excluded = self._user_excluded()
         nodes = self.led.usable(list(self.alloc.nodes))
         self.log.emit("launch_start", restart_count=self.alloc.restart_count, pid=os.getpid(),
                       allocation=list(self.alloc.nodes), nodes=nodes,
                       excluded=sorted(self.led.excluded), nvrx=self.feats.version,
                       min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
-                      committed_step=committed_step(self.cfg.checkpoint_dir))
-        if self.alloc.restart_count > self.cfg.max_requeues:
-            return self._verdict("budget-exhausted", EXIT_BUDGET,
-                                 f"restart count {self.alloc.restart_count} exceeds "
-                                 f"--max-requeues {self.cfg.max_requeues}")
+                      kill_wait=self.kill_wait, committed_step=self._progress_step())
+        self._save()
         addrs = evidence.node_addresses(self.slurm, list(self.alloc.nodes))
         while True:
-            if len(nodes) < self.cfg.min_nodes:
-                return self._requeue(f"{len(nodes)} usable node(s) < --min-nodes "
-                                     f"{self.cfg.min_nodes}")
+            d = policy.decide(self._state(Phase.BEFORE_CYCLE, len(nodes)))
+            if d.action is not Action.RUN_CYCLE:
+                return self._act(d)
             self.led.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
-            step = committed_step(self.cfg.checkpoint_dir)
-            if rc == 0 and not stopped and self.got_signal is None:
-                self.led.record_progress(step)
-                self._save()
-                return self._verdict("completed", EXIT_DONE, f"training completed at {step}")
-            if self.got_signal is not None:  # time limit / preemption: not a failure
-                name = signal.Signals(self.got_signal).name
-                if self.got_signal == signal.SIGTERM:
-                    self.log.emit("fault", type="signal", signal=name, committed_step=step,
-                                  detail="terminated (scancel or preemption); training saved")
-                    return self._verdict("terminated", EXIT_TERMINATED,
-                                         f"{name} received; left to Slurm")
-                self.log.emit("fault", type="signal", signal=name, committed_step=step,
-                              detail="time limit warning: checkpoint, then requeue")
-                return self._requeue(f"{name} received (time limit warning)")
-            progressed = self.led.record_progress(step)
+            step = self._record_progress()
+            if rc == 0 and not stopped:
+                return self._act(policy.decide(self._state(Phase.COMPLETED, len(nodes))))
             self._save()
+            if self.signal is not Signal.NONE:
+                self.log.emit("fault", type="signal", signal=self.signal.value,
+                              committed_step=step, detail="stopped: "
+                              + ("terminated (scancel or preemption)"
+                                 if self.signal is Signal.TERM else "time limit warning"))
+                return self._act(policy.decide(self._state(Phase.FAILED, len(nodes))))
             if not stopped:
                 self.log.emit("fault", type="cycle-failed", rc=rc, step=step,
                               detail="ft_launcher gave up (in-job restarts exhausted or a "
                                      "node's launcher failed)")
             decision = self._blame(nodes, cycle_dir, started)
-            if not decision.blamed and not progressed \
-                    and self.led.no_progress >= self.cfg.no_progress_limit:
-                return self._verdict("no-progress", EXIT_NO_PROGRESS,
-                                     f"no new committed checkpoint (best {self.led.best_step}) "
-                                     f"in {self.led.no_progress} cycle(s)/requeue(s): "
-                                     "a deterministic failure, not requeueing")
-            if not decision.blamed:
-                return self._requeue(f"cycle failed (exit {rc}) with no node to blame and "
-                                     "in-job restarts exhausted")
             for node, why in decision.blamed.items():
                 self.led.exclude(node, "; ".join(why))
             self._save()
             survivors = [n for n in nodes if n not in decision.blamed]
-            if len(survivors) >= self.cfg.min_nodes:
-                for node in decision.nodes:
-                    self.log.emit("exclude", node=node, mode="elastic", survivors=survivors,
-                                  reason=decision.blamed[node])
-                self.log.emit("recovery", by="elastic relaunch", nodes=survivors,
-                              excluded=decision.nodes, cycle=self.led.cycles)
-                self._release(decision.nodes)
-                nodes = survivors
-                continue
-            return self._requeue(f"blamed {','.join(decision.nodes)}: {len(survivors)} "
-                                 f"survivor(s) < --min-nodes {self.cfg.min_nodes}")
+            prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
+            self.slow = {}
+            d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
+                                                  len(decision.blamed)), prefer_requeue=prefer))
+            if d.action is not Action.ELASTIC:
+                return self._act(d)
+            for node in decision.nodes:
+                self.log.emit("exclude", node=node, mode="elastic", survivors=survivors,
+                              reason=decision.blamed[node])
+            self.log.emit("recovery", by="elastic relaunch", nodes=survivors,
+                          excluded=decision.nodes, cycle=self.led.cycles)
+            self._release(decision.nodes)
+            nodes = survivors
+
+    def _act(self, d: policy.Decision) -> int:
+        if d.action is Action.REQUEUE:
+            return self._requeue(d.why)
+        return self._verdict(VERDICT_OF[d.action], EXIT_OF[d.action], d.why)
+
+    def _user_excluded(self) -> list[str] | None:
+        """The job's own ExcNodeList, read before we ever change it (None: unknown)."""
+        if self.alloc.restart_count > 0:
+            return None  # an earlier run may have added ours already: keep all of it
+        try:
+            return sorted(self.slurm.job(self.alloc.job_id).excluded)
+        except SlurmError:
+            return None
 
     def _run_cycle(self, nodes: list[str], addrs: Mapping[str, str]
                    ) -> tuple[int, str, str, float]:
         n = self.led.cycles
         cycle_dir = os.path.join(self.cfg.state_dir, "cycles",
                                  f"r{self.alloc.restart_count}-c{n}")
-        cyc = plan.plan_cycle(self.alloc, self.opts, self.feats, nodes, addrs, n, cycle_dir)
+        cyc = plan.plan_cycle(self.alloc, self.opts, self.feats, nodes, addrs, n, cycle_dir,
+                              plan.ephemeral_range())
+        for path, text in cyc.files:
+            atomic_write(path, text)
         started = time.time()
+        mon = straggler.Monitor(self.cfg.straggler, nodes, self.events_path) \
+            if self.cfg.straggler else None
         self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cyc.endpoint,
-                      rdzv_id=cyc.rdzv_id, committed_step=committed_step(self.cfg.checkpoint_dir),
+                      rdzv_id=cyc.rdzv_id, committed_step=self._progress_step(),
                       argv=list(cyc.argv))
         self.proc = subprocess.Popen(list(cyc.argv), env=self.env)  # noqa: S603 - argv list
-        stopped = self._watch(nodes, started)
+        stopped = self._watch(nodes, started, cyc.record_dir, mon)
         rc = self.proc.wait()
         self.proc = None
         recs = evidence.exit_records(cyc.record_dir)
         self.log.emit("cycle_end", cycle=n, rc=rc, stopped=stopped or None,
                       duration_s=round(time.time() - started, 2),
+                      straggler_ratio_max=round(mon.highest, 3) if mon else None,
                       node_rc={k: v.get("rc") for k, v in recs.items()})
         return rc, stopped, cycle_dir, started
 
-    def _watch(self, nodes: list[str], since: float) -> str:
-        """Wait for the step; stop it early on a node fault (reported or drained by our hooks)."""
+    def _watch(self, nodes: list[str], since: float, record_dir: str,
+               mon: straggler.Monitor | None = None) -> str:
+        """Wait for the step; stop it early on a signal, a node fault (a health verdict
+        ``fail``, an ``rhc:`` drain, a node Slurm calls down) or a straggler verdict."""
         assert self.proc is not None
-        last_state_check = 0.0
+        last_check = time.monotonic()
+        tail = observe.EventTail(self.events_path, since)
         while self.proc.poll() is None:
             time.sleep(self.cfg.watch_interval)
             why = ""
-            faults = evidence.node_faults(self.events_path, since)
-            if faults:
-                why = "node fault reported on " + ",".join(sorted(faults))
-            elif time.monotonic() - last_state_check > 5:
-                last_state_check = time.monotonic()
-                states = evidence.node_states(self.slurm, nodes)
-                hooked = sorted(k for k, (s, r) in states.items()
-                                if r.startswith(blame.HOOK_PREFIX) and "DRAIN" in s)
-                if hooked:
-                    why = "drained by health hook: " + ",".join(hooked)
+            spent = observe.restarts_in_cycle(tail.read(), since)
+            limit = self.cfg.max_restarts
+            if self.signal is not Signal.NONE:
+                why = f"{self.signal.value} received"
+            elif mon is not None and (stop := mon.poll(self.log)):
+                self.slow.update(stop)
+                why = straggler.stop_reason(self.slow)
+            elif limit is not None and spent > limit:
+                why = (f"in-job restart budget spent: {spent} restarts of the job > "
+                       f"--max-restarts {limit}")
+            elif time.monotonic() - last_check >= self.cfg.state_check_interval:
+                last_check = time.monotonic()
+                why = self._node_fault(nodes, since)
             if why and self.proc.poll() is None:
                 self.log.emit("stop_cycle", reason=why)
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=self.opts.term_timeout + 15)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
+                self._stop_step(record_dir)
                 return why
         return ""
+
+    def _node_fault(self, nodes: list[str], since: float) -> str:
+        evs = [blame.NodeEvidence(node=n, slurm_state=s, drain_reason=r if "DRAIN" in s else "")
+               for n, (s, r) in evidence.node_states(self.slurm, nodes).items()]
+        bad = sorted(e.node for e in evs if blame.strong_reasons(e))
+        if bad:
+            return "node fault (slurm state or health hook drain): " + ",".join(bad)
+        failed = []
+        for n in nodes if self.cfg.verdict_path else []:  # a file read per node, no RPC
+            v = published.read(published.path_for(self.cfg.verdict_path, n))
+            if v is not None and v.status == blame.FAIL and v.ts >= since:
+                failed.append(n)
+        return "health verdict fail: " + ",".join(failed) if failed else ""
+
+    def _stop_step(self, record_dir: str) -> None:
+        """SIGTERM to the step's tasks; SIGKILL once ``--term-timeout`` (+ a margin) passed."""
+        assert self.proc is not None
+        sid = evidence.step_id(record_dir)
+        grace = self.opts.term_timeout + 10
+        try:
+            if sid is None:
+                raise SlurmError("no task of the step has started yet")
+            self.slurm.signal_step(self.alloc.job_id, sid, "TERM", timeout=10)
+        except SlurmError as exc:
+            # A job being cancelled refuses step signals: Slurm is signalling the tasks
+            # itself, so they still get their grace. Without any task there is nothing to save.
+            self.log.emit("stop_cycle", signalled=False, reason=str(exc))
+            grace = grace if sid is not None else 0
+        if self.signal is Signal.TERM:  # Slurm SIGKILLs this script KillWait after scancel
+            grace = min(grace, max(1.0, self.kill_wait * 0.7))
+        if self._tasks_ended(record_dir, grace):
+            return
+        if sid is not None:
+            try:
+                self.slurm.signal_step(self.alloc.job_id, sid, "KILL", timeout=10)
+                self.proc.wait(timeout=10)
+                return
+            except (SlurmError, subprocess.TimeoutExpired):
+                pass
+        self.proc.kill()
+
+    def _tasks_ended(self, record_dir: str, timeout: float) -> bool:
+        """Wait until srun ended, or every task that started wrote its exit record (a
+        cancelled job's srun may linger; the saves are what matter)."""
+        assert self.proc is not None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return True
+            started = evidence.step_records(record_dir)
+            if started and set(started) <= set(evidence.exit_records(record_dir)):
+                try:
+                    self.proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                return True
+            time.sleep(0.2)
+        return False
 
     def _release(self, blamed: list[str]) -> None:
         """Give excluded nodes back to Slurm (shrink the running allocation), so they can be
@@ -231,18 +332,20 @@ class Supervisor:
         self.log.emit("release", nodes=drop, done=True, allocation=keep)
 
     def _blame(self, nodes: list[str], cycle_dir: str, since: float) -> blame.Decision:
-        health = evidence.health_sweep(
-            list(self.alloc.nodes), os.path.join(cycle_dir, "health"), self.alloc.job_id,
-            self.env, self.cfg.health_config, self.cfg.health_timeout)
-        evs = evidence.gather(self.slurm, list(self.alloc.nodes), cycle_dir, self.events_path,
-                              since, health)
-        evs = [e for e in evs if e.node in nodes]
-        decision = blame.decide(evs, self.led.strikes, self.cfg.max_strikes)
+        found = evidence.verdicts(self.cfg.verdict_path, nodes, since, self.cfg.verdict_max_age,
+                                  self.alloc.job_id, self.env, os.path.join(cycle_dir, "verdicts"),
+                                  self.cfg.health_timeout) if self.cfg.verdict_path else {}
+        evs = evidence.gather(self.slurm, nodes, cycle_dir, found,
+                              {n: v.evidence for n, v in self.slow.items()})
+        decision = blame.decide(evs, self.led.strikes, self.cfg.max_strikes,
+                                self.cfg.max_blame_share)
+        straggler.report_causes(self.log, evs)  # drained only by the hooks, for a cause
         for node in decision.strikes:
             self.led.strike(node)
         self._save()
         self.log.emit("blame", cycle=self.led.cycles, blamed=decision.blamed or None,
                       strikes=decision.strike_totals or None,
+                      shared_fault=decision.shared_fault or None,
                       evidence=[e.as_dict() for e in evs])
         return decision
 
@@ -255,24 +358,49 @@ class Supervisor:
         print(f"resilient-launch: {verdict}: {message} (exit {code})", flush=True)
         return code
 
+    def _readmit(self) -> list[str]:
+        """Excluded nodes an admin returned to service and the hooks call healthy since."""
+        if not self.led.excluded or not self.cfg.verdict_path:
+            return []
+        try:
+            states = {n.name: n for n in self.slurm.nodes(sorted(self.led.excluded))}
+        except SlurmError:
+            return []
+        back = []
+        for node, at in sorted(self.led.excluded_at.items()):
+            st = states.get(node)
+            v = published.read(published.path_for(self.cfg.verdict_path,
+                                                                     node))
+            if st is not None and st.available and v is not None and v.status == blame.OK \
+                    and v.ts > at:
+                self.led.readmit(node)
+                back.append(node)
+        return back
+
     def _requeue(self, why: str) -> int:
-        if self.alloc.restart_count >= self.cfg.max_requeues:
-            return self._verdict("budget-exhausted", EXIT_BUDGET,
-                                 f"{why}; requeue budget spent ({self.alloc.restart_count}/"
-                                 f"{self.cfg.max_requeues})")
+        # Last look before acting: a cancelled job is never requeued.
+        if self.signal is Signal.TERM:
+            return self._act(policy.decide(self._state(Phase.FAILED, 0)))
+        back = self._readmit()
         excluded = sorted(self.led.excluded)
         self.led.requeues += 1
         self._save()
-        self.log.emit("requeue", reason=why, excluded=excluded,
+        self.log.emit("requeue", reason=why, excluded=excluded, readmitted=back or None,
                       restart_count=self.alloc.restart_count + 1)
         print(f"resilient-launch: requeueing: {why}", flush=True)
         # Requeue SIGTERMs this script within milliseconds (SIGKILL after KillWait): ignore it.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        from resilient_slurm.launcher.requeue import requeue_excluding
-
         shrunk = len(self.alloc.nodes) != self.requested_nodes
-        err = requeue_excluding(self.slurm, self.alloc.job_id, excluded,
-                                num_nodes=self.requested_nodes if shrunk else None)
-        if err:
-            return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {err}")
+        res = requeue_excluding(self.slurm, self.alloc.job_id, excluded,
+                                budget_s=budget_for(self.kill_wait),
+                                num_nodes=self.requested_nodes if shrunk else None,
+                                user_excluded=self.led.user_excluded if back else None)
+        if res.unconfirmed:  # a stalled controller may still act on it when it wakes
+            return self._verdict("requeue-unconfirmed", EXIT_BUDGET,
+                                 f"{res.error}; if the controller takes the requeue when it "
+                                 "answers again, the job restarts, else it ends here")
+        if not res.requeued:
+            return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}")
+        if res.error:
+            self.log.emit("requeue", done=True, warning=res.error)
         return EXIT_REQUEUED

@@ -9,7 +9,7 @@ import time
 import click
 
 from resilient_slurm.sandbox import lifecycle
-from resilient_slurm.sandbox.cluster import Paths, SandboxError, read_meta
+from resilient_slurm.sandbox.cluster import TIMINGS, Paths, SandboxError, read_meta
 from resilient_slurm.slurm import SlurmError, connect
 
 DIR_OPTION = click.option(
@@ -46,14 +46,24 @@ def sandbox() -> None:
 @click.option("--hooks/--no-hooks", default=True, show_default=True,
               help="Wire the project's prolog, epilog and HealthCheckProgram into slurm.conf, "
                    "each node reading its own simulated hardware.")
+@click.option("--timing", type=click.Choice(sorted(TIMINGS)), default="fast", show_default=True,
+              help="fast: short Slurm timeouts for quick tests (KillWait=5, cred_expire=10). "
+                   "production: Slurm's defaults (KillWait=30, cred_expire=120, "
+                   "MessageTimeout=10, HealthCheckInterval=30).")
+@click.option("--user", default=lifecycle.DEFAULT_USER, show_default=True,
+              help="Unprivileged account jobs are submitted as (created with useradd if "
+                   "missing); see `sandbox exec-as-user`.")
 @DIR_OPTION
-def up(nodes: int, hooks: bool, root: str) -> None:
+def up(nodes: int, hooks: bool, timing: str, user: str, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
     try:
-        paths = lifecycle.up(root, nodes, hooks=hooks)
+        paths = lifecycle.up(root, nodes, hooks=hooks, timing=timing, user=user)
+        account = lifecycle.job_user(root)
     except (SandboxError, SlurmError) as exc:
         _fail(exc)
-    click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root}")
+    click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root} ({timing} timing)")
+    click.echo(f"job user: {account.name} (uid {account.uid}), work dir {account.work_dir}")
+    click.echo(lifecycle.memory_summary(root))
     click.echo(f"SLURM_CONF={paths.conf}")
 
 
@@ -95,7 +105,10 @@ def status(root: str) -> None:
         jobs = slurm.jobs()
     except (SandboxError, SlurmError) as exc:
         _fail(exc)
-    click.echo(f"sandbox {paths.root} (Slurm {meta.get('slurm_version')})")
+    user = meta.get("user")
+    who = user.get("name") if isinstance(user, dict) else "-"
+    click.echo(f"sandbox {paths.root} (Slurm {meta.get('slurm_version')}, "
+               f"{meta.get('timing', 'fast')} timing, job user {who})")
     for n in nodes:
         flags = "+".join(sorted(n.flags))
         click.echo(f"  {n.name:<8} {n.state.lower():<10} {flags:<16} {n.reason}")
@@ -134,9 +147,90 @@ def fault(node: str, scenario: str, root: str) -> None:
 
         scenario = os.path.join(paths.node_dir(node), "repaired.toml")
         atomic_write(scenario, f'base = "healthy-p5"\n[kernel_log]\n'
-                               f'boot_id = "sim-repaired-{time.time_ns()}"\n')
+                               f'boot_id = "sim-repaired-{time.time_ns()}"\n', mode=0o600)
     try:
         path = install_scenario(paths.node_dir(node), scenario)
     except (ConfigError, OSError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="SCENARIO") from None
     click.echo(f"{node}: simulated hardware is now {scenario} ({path})")
+
+
+@sandbox.command("exec-as-user", context_settings={"ignore_unknown_options": True})
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--cwd", type=click.Path(file_okay=False),
+              help="Directory to run in (default: the current one if the user may enter it, "
+                   "else the user's work directory in the sandbox).")
+@DIR_OPTION
+def exec_as_user(argv: tuple[str, ...], cwd: str | None, root: str) -> None:
+    """Run a command as the sandbox's job user, with this sandbox's SLURM_CONF.
+
+    \b
+    The environment is clean (PATH: this Python's bin directory, then the system's; HOME,
+    USER, SLURM_CONF). Examples:
+      resilient-slurm sandbox exec-as-user -- sbatch -N2 job.sh
+      resilient-slurm sandbox exec-as-user -- srun -N2 id -un
+    """
+    from resilient_slurm.sandbox.jobuser import exec_as
+
+    try:
+        exec_as(root, argv, cwd)
+    except (SandboxError, OSError) as exc:
+        _fail(exc)
+
+
+@sandbox.group()
+def controller() -> None:
+    """Controller faults: stall, stop and start this sandbox's slurmctld (no other)."""
+
+
+@controller.command()
+@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@click.option("--background", is_flag=True,
+              help="Return as soon as slurmctld is stopped; it continues SECONDS later anyway.")
+@DIR_OPTION
+def stall(seconds: float, background: bool, root: str) -> None:
+    """SIGSTOP slurmctld, SIGCONT it SECONDS later (a detached helper sends the SIGCONT)."""
+    try:
+        lifecycle.controller_stall(root, seconds, wait=not background)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"slurmctld {'stalled for' if background else 'was stalled'} {seconds:g}s")
+
+
+@controller.command()
+@DIR_OPTION
+def stop(root: str) -> None:
+    """Stop slurmctld (state kept in StateSaveLocation; nodes and jobs keep running)."""
+    try:
+        lifecycle.controller_stop(root)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo("slurmctld stopped")
+
+
+@controller.command()
+@DIR_OPTION
+def start(root: str) -> None:
+    """Start slurmctld again from its saved state (running and pending jobs survive)."""
+    try:
+        pid = lifecycle.controller_start(root)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"slurmctld running again (pid {pid})")
+
+
+@sandbox.command()
+@click.option("--reset", is_flag=True, help="Zero the counts afterwards (sdiag --reset).")
+@DIR_OPTION
+def rpc(reset: bool, root: str) -> None:
+    """slurmctld's RPC counts by message type and by user (from sdiag)."""
+    try:
+        counts = lifecycle.rpc_counts(root)
+        if reset:
+            lifecycle.rpc_reset(root)
+    except SandboxError as exc:
+        _fail(exc)
+    for name, n in sorted(counts.by_type.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {name:<40} {n}")
+    for name, n in sorted(counts.by_user.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  user {name:<35} {n}")

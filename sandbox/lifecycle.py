@@ -3,61 +3,56 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
-import subprocess
 import time
 from collections.abc import Sequence
 
 from resilient_slurm.fsutil import atomic_write
+from resilient_slurm.sandbox import controller, jobuser, privileges, rpc
 from resilient_slurm.sandbox.cluster import (
     Paths,
     Plan,
     SandboxError,
+    Timing,
     daemon_env,
     free_ports,
-    kill_pids,
+    members,
     preflight,
     read_meta,
     render_conf,
-    sandbox_processes,
     slurm_version,
+    timing_profile,
     write_meta,
     write_munge_key,
+)
+from resilient_slurm.sandbox.procs import (
+    kill_pids,
+    memory_kib,
+    pid_alive,
+    read_proc,
+    recorded_pids,
+    spawn,
+    wait_for,
 )
 from resilient_slurm.slurm import SlurmError, connect
 
 DEFAULT_DIR = "/tmp/resilient-slurm-sandbox"
-
-
-def _spawn(argv: list[str], log: str, env: dict[str, str], user: str | None = None) -> int:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            user=user,
-            cwd="/",
-        )
-    return proc.pid
-
-
-def _wait_for(predicate, timeout: float, what: str, log: str | None = None):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_exc = exc
-        time.sleep(0.2)
-    hint = f" (see {log})" if log else ""
-    detail = f": {last_exc}" if last_exc else ""
-    raise SandboxError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{hint}")
+DEFAULT_USER = jobuser.DEFAULT_USER
+JobUser = jobuser.JobUser
+RpcCounts = rpc.RpcCounts
+Stall = controller.Stall
+controller_pid = controller.controller_pid
+controller_stall = controller.controller_stall
+controller_stop = controller.controller_stop
+controller_start = controller.controller_start
+job_user = jobuser.job_user
+run_as_user = jobuser.run_as
+make_user_dir = jobuser.make_user_dir
+rpc_counts = rpc.counts
+rpc_reset = rpc.reset
+rpc_window = rpc.window
 
 
 HEALTH_INTERVAL = 10
@@ -73,6 +68,8 @@ def hooks_config(paths: Paths, extra: str = "") -> str:
         f'state_dir = "{p("nodes", "{node}", "hooks")}"\n'
         f'events_file = "{p("log", "events.jsonl")}"\n'
         f'metrics_file = "{p("nodes", "{node}", "metrics.prom")}"\n'
+        # World-readable verdicts where jobs (the launcher's blame) read them.
+        f'verdict_file = "{p("verdicts", "{node}.json")}"\n'
         "resume_after = 2\n"
         "prolog_budget_s = 15\n"
         "epilog_budget_s = 15\n"
@@ -89,7 +86,8 @@ def hooks_config(paths: Paths, extra: str = "") -> str:
     )
 
 
-def install_sandbox_hooks(paths: Paths, nodes: Sequence[str], config_extra: str = "") -> list[str]:
+def install_sandbox_hooks(paths: Paths, nodes: Sequence[str], config_extra: str = "",
+                          interval: int = HEALTH_INTERVAL) -> list[str]:
     """Install the hooks under the sandbox dir; healthy simulated hardware on every node.
 
     Returns the slurm.conf lines that wire them in.
@@ -100,7 +98,7 @@ def install_sandbox_hooks(paths: Paths, nodes: Sequence[str], config_extra: str 
     inst = install(paths.root, config_text=hooks_config(paths, config_extra), force=True)
     for n in nodes:
         install_scenario(paths.node_dir(n), "clear")
-    return [*inst.slurm_conf_lines(HEALTH_INTERVAL)]
+    return [*inst.slurm_conf_lines(interval)]
 
 
 def config_path(paths: Paths) -> str:
@@ -134,24 +132,37 @@ def up(
     timeout: float = 60.0,
     hooks: bool = True,
     config_extra: str = "",
+    timing: str = "fast",
+    user: str | None = None,
 ) -> Paths:
     """Start a sandbox of ``nodes`` nodes under ``root`` and return once all are idle.
 
     With ``hooks`` the project's prolog, epilog and HealthCheckProgram are installed under
     ``root`` and wired into slurm.conf, reading each node's simulated hardware from
     ``root/nodes/<node>/scenario.toml`` (``sandbox fault NODE SCENARIO`` changes it).
+    ``timing`` is ``"fast"`` (short timeouts) or ``"production"`` (Slurm's defaults), see
+    :data:`cluster.TIMINGS`. ``user`` names the unprivileged account jobs are submitted as
+    (default ``rsjob``, created if missing); :func:`job_user` returns it.
     """
+    profile = timing_profile(timing)
     if nodes < 1 or nodes > 64:
         raise SandboxError("--nodes must be between 1 and 64")
     progs = preflight()
+    jobuser.ensure_account(user or DEFAULT_USER)  # a bad --user fails before anything is made
     paths = Paths(root)
+    # Daemons recorded by an earlier `up` and still running (checked in /proc, so a recycled
+    # PID does not count): an unclean stop that left them behind. Anything else is reused.
     if os.path.exists(paths.meta):
-        old = read_json_safe(paths)
-        if old and any(_pid_alive(p) for p in recorded_pids(old)):
+        left = members(paths)
+        if left.daemons:
             raise SandboxError(
                 f"a sandbox is already running in {paths.root}: "
                 f"`resilient-slurm sandbox down --dir {paths.root}` first"
             )
+        kill_pids(left.all())  # jobs and step daemons orphaned by daemons that died
+    # A fresh start (slurmctld -c): state saved by an earlier run, perhaps under another
+    # ClusterName, is dropped so it cannot refuse to start ("CLUSTER NAME MISMATCH").
+    shutil.rmtree(paths.p("state"), ignore_errors=True)
     for sub in ("etc", "state", "spool", "run", "log", "munge", "nodes"):
         os.makedirs(paths.p(sub), exist_ok=True)
     os.chmod(paths.root, 0o755)
@@ -167,15 +178,20 @@ def up(
         slurm_version=slurm_version(),
         extra_conf=list(extra_conf),
         node_conf=node_conf,
+        timing=profile,
     )
     for n in names:
         os.makedirs(paths.node_dir(n), exist_ok=True)
     if hooks:
-        plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra), *plan.extra_conf]
+        plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
+                                                  profile.health_interval), *plan.extra_conf]
+    privileges.harden(paths, names)
+    account = jobuser.prepare(paths, user or DEFAULT_USER)
     atomic_write(paths.conf, render_conf(paths, plan))
     write_munge_key(paths)
     env = daemon_env(paths)
     pids: list[int] = []
+    daemons: dict[str, int] = {}
     meta: dict[str, object] = {
         "root": paths.root,
         "conf": paths.conf,
@@ -184,15 +200,19 @@ def up(
         "ctld_port": plan.ctld_port,
         "node_ports": plan.node_ports,
         "pids": pids,
+        "daemons": daemons,
+        "timing": profile.name,
+        "user": account.to_json(),
         "started_at": time.time(),
     }
 
-    def record(pid: int) -> None:
+    def record(pid: int, role: str) -> None:
         pids.append(pid)
+        daemons[role] = pid
         write_meta(paths, meta)
 
     try:
-        record(_spawn(
+        record(spawn(
             [progs["munged"], "--foreground", "--force",
              f"--socket={paths.munge_socket}",
              f"--key-file={paths.p('munge', 'munge.key')}",
@@ -200,23 +220,24 @@ def up(
              f"--log-file={paths.p('munge', 'munged.log')}",
              f"--seed-file={paths.p('munge', 'munged.seed')}"],
             paths.p("log", "munged.out"), env, user="munge",
-        ))
-        _wait_for(lambda: os.path.exists(paths.munge_socket), 15, "munged",
-                  paths.p("munge", "munged.log"))
-        record(_spawn([progs["slurmctld"], "-D", "-c", "-f", paths.conf],
-                      paths.p("log", "slurmctld.out"), env))
+        ), "munged")
+        wait_for(lambda: os.path.exists(paths.munge_socket), 15, "munged",
+                 paths.p("munge", "munged.log"))
+        record(spawn([progs["slurmctld"], "-D", "-c", "-f", paths.conf],
+                     paths.p("log", "slurmctld.out"), env), "slurmctld")
         slurm = connect(conf=paths.conf, backend="cli")
-        _wait_for(slurm.ping, 30, "slurmctld", paths.p("log", "slurmctld.log"))
+        wait_for(slurm.ping, 30, "slurmctld", paths.p("log", "slurmctld.log"))
         for n in names:
-            record(_spawn([progs["slurmd"], "-D", "-f", paths.conf, "-N", n],
-                          paths.p("log", f"slurmd-{n}.out"), env))
+            record(spawn([progs["slurmd"], "-D", "-f", paths.conf, "-N", n],
+                         paths.p("log", f"slurmd-{n}.out"), env), n)
 
         def all_idle() -> bool:
             states = {n.name: n for n in slurm.nodes()}
             return all(n in states and states[n].state == "IDLE" and not states[n].flags
                        for n in names)
 
-        _wait_for(all_idle, timeout, "all nodes idle", paths.p("log"))
+        wait_for(all_idle, timeout, "all nodes idle", paths.p("log"))
+        privileges.harden(paths, names)
     except (SandboxError, SlurmError, OSError) as exc:
         down(paths.root, quiet=True)
         raise SandboxError(str(exc)) from None
@@ -230,18 +251,6 @@ def read_json_safe(paths: Paths) -> dict[str, object] | None:
         return None
 
 
-def recorded_pids(meta: dict[str, object]) -> list[int]:
-    """The daemon PIDs ``up`` recorded (munged, slurmctld, slurmd...), in start order."""
-    pids = meta.get("pids")
-    return [p for p in pids if isinstance(p, int)] if isinstance(pids, list) else []
-
-
-def _pid_alive(pid: object) -> bool:
-    from resilient_slurm.sandbox.cluster import _alive
-
-    return isinstance(pid, int) and _alive(pid)
-
-
 def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
     """Cancel jobs and stop every process of this sandbox; returns PIDs that survived (none)."""
     paths = Paths(root)
@@ -250,7 +259,10 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
         if quiet:
             return []
         raise SandboxError(f"no sandbox at {paths.root}")
-    if os.path.exists(paths.conf) and any(_pid_alive(p) for p in recorded_pids(meta)):
+    ctld = controller_pid(root)
+    if ctld is not None:
+        os.kill(ctld, signal.SIGCONT)  # a stalled controller would make the scancel below hang
+    if os.path.exists(paths.conf) and any(pid_alive(p) for p in recorded_pids(meta)):
         slurm = connect(conf=paths.conf, backend="cli", timeout=5)
         try:
             for job in slurm.jobs():
@@ -264,13 +276,71 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
                 time.sleep(0.2)
         except SlurmError:
             pass  # controller already gone: the kill below still finds everything
-    pids = recorded_pids(meta)
-    # Job processes and step daemons first, then slurmd/slurmctld, munged last.
-    others = [p for p in sandbox_processes(paths) if p not in pids]
-    survivors = kill_pids(others)
-    survivors += kill_pids([p for p in reversed(pids)])
-    survivors += kill_pids([p for p in sandbox_processes(paths) if p not in survivors])
+    # Freeze slurmd and the step daemons so that they start nothing new (a health check, an
+    # epilog) while their children are ended; then end them, slurmctld and munged last.
+    found = members(paths)
+    frozen = [p for p in found.daemons if _exe(p).startswith("slurmd")] + found.step_daemons
+    _signal_all(frozen, signal.SIGSTOP)
+    found = members(paths)
+    survivors = kill_pids(found.jobs)
+    _signal_all(frozen, signal.SIGKILL)  # a stopped process ends at once on SIGKILL only
+    survivors += kill_pids(frozen)
+    for group in _daemon_groups([p for p in found.daemons if p not in frozen]):
+        survivors += kill_pids(group)
+    survivors += kill_pids([p for p in members(paths).all() if p not in survivors])
     meta["pids"] = []
     meta["stopped_at"] = time.time()
     write_meta(paths, meta)
     return survivors
+
+
+def _exe(pid: int) -> str:
+    info = read_proc(pid)
+    return info.exe if info else ""
+
+
+def _signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _daemon_groups(pids: Sequence[int]) -> list[list[int]]:
+    """slurmd (and the stall helper), then slurmctld, then munged: each group ends together."""
+    order = {"slurmctld": 1, "munged": 2}
+    groups: list[list[int]] = [[], [], []]
+    for pid in pids:
+        exe = _exe(pid)
+        groups[next((v for k, v in order.items() if exe.startswith(k)), 0)].append(pid)
+    return [g for g in groups if g]
+
+
+def daemon_memory(root: str) -> dict[str, tuple[int, int]]:
+    """(RSS, PSS) in KiB of each running daemon of the sandbox, by role (``node3``, ...)."""
+    daemons = read_meta(Paths(root)).get("daemons")
+    alive = members(Paths(root)).daemons
+    if not isinstance(daemons, dict):
+        return {}
+    return {role: memory_kib(pid) for role, pid in daemons.items() if pid in alive}
+
+
+def memory_summary(root: str) -> str:
+    """One line: what the daemons use (PSS, the honest total for 64 slurmd sharing pages)."""
+    mem = daemon_memory(root)
+    nodes = [v for k, v in mem.items() if k not in ("munged", "slurmctld")]
+    total_rss = sum(r for r, _ in mem.values()) / 1024
+    total_pss = sum(p for _, p in mem.values()) / 1024
+    ctld = mem.get("slurmctld", (0, 0))[1] / 1024
+    per_node = sum(p for _, p in nodes) / 1024 / max(1, len(nodes))
+    return (f"daemons use {total_pss:.0f} MiB (PSS; RSS {total_rss:.0f} MiB): slurmctld "
+            f"{ctld:.1f} MiB, {len(nodes)} slurmd {per_node:.1f} MiB each, munged "
+            f"{mem.get('munged', (0, 0))[1] / 1024:.1f} MiB")
+
+
+def sandbox_timing(root: str) -> Timing:
+    """The timing profile the sandbox under ``root`` runs with."""
+    name = read_meta(Paths(root)).get("timing", "fast")
+    return timing_profile(str(name))
+

@@ -4,7 +4,8 @@ NVRx heartbeats and seeded fault injection.
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
 (model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
-and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one,
+and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one
+(on CUDA too: deterministic kernels are selected, see :func:`deterministic_cuda`),
 also when it resumes on another number of ranks (elastic): the global batch is
 ``--virtual-dp`` fixed shards whose gradients are summed in shard order
 (``resilient_slurm.training.ordered_reduce``), so the result does not depend on the world size.
@@ -14,6 +15,9 @@ Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``
 steps and at each commit, ``checkpoint`` (step, stall) when a save is committed, ``complete``
 (step, digest), ``stopped`` (step, signal) after SIGTERM/SIGUSR1: all ranks save the same step,
 wait for its commit and exit 143. Faults (every rank): ``fault`` (step, rank, type, node).
+``step_timing`` every ``--step-timing-every`` steps: per node, compute and collective-wait
+seconds per step (``resilient_slurm.training.steptime``), what a launcher needs to find a
+straggler; its own cost is printed at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from resilient_slurm.training.faults import (
 )
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
+from resilient_slurm.training.steptime import StepTimer
 from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal
 
 warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
@@ -92,7 +97,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="default <checkpoint-dir>/faults (env RESILIENT_FAULT_STATE_DIR)")
     p.add_argument("--fault", action="append", default=[], metavar="TYPE@STEP[@WHERE]",
                    help="a targeted fault (repeatable): TYPE exception|hang|sigkill|node|crash, "
-                        "WHERE a node name or rankN (default rank0); crash fires every time")
+                        "WHERE a node name or rankN (default rank0); crash fires every time; "
+                        "slow@STEP@NODE[:FACTOR]: that node computes FACTOR (2) times slower "
+                        "from STEP on")
+    p.add_argument("--step-timing-every", type=int,
+                   default=int(os.environ.get("RESILIENT_STEP_TIMING_EVERY", "10")),
+                   help="emit per-node compute/wait timing every N steps (0: off; env "
+                        "RESILIENT_STEP_TIMING_EVERY)")
+    p.add_argument("--inprocess", action="store_true",
+                   help="in-process restart (NVRx Wrapper): faults are recovered in the live "
+                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py)")
+    p.add_argument("--peer-every", type=int, default=1,
+                   help="with --inprocess: refresh the in-memory peer copy every K steps")
+    p.add_argument("--soft-timeout", type=float, default=4.0,
+                   help="with --inprocess: seconds without progress before a restart")
+    p.add_argument("--hard-timeout", type=float, default=20.0,
+                   help="with --inprocess: seconds without progress before a rank is killed")
     return p.parse_args(argv)
 
 
@@ -128,6 +148,19 @@ def batch(args: argparse.Namespace, step: int, shard: int,
     return seq[:, :-1].to(device), seq[:, 1:].to(device)
 
 
+def deterministic_cuda() -> None:
+    """Bitwise-reproducible CUDA steps, so a resumed run's digest can equal a fault-free one:
+    deterministic kernels where torch has them (warning where it has none), cuBLAS with a
+    fixed workspace (read when its first handle is made, hence before any matmul), and the
+    math attention kernel (the fused ones' backward passes accumulate in varying order)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def setup_distributed(timeout_s: float,
                       threads: int | None) -> tuple[int, int, int, torch.device]:
     use_cuda = torch.cuda.is_available()
@@ -139,6 +172,7 @@ def setup_distributed(timeout_s: float,
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
+        deterministic_cuda()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -177,9 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     except FaultConfigError as exc:
         print(f"train_fsdp.py: {exc}", file=sys.stderr)
         return 2
+    if args.step_timing_every < 0:
+        print("train_fsdp.py: --step-timing-every must be >= 0", file=sys.stderr)
+        return 2
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
+    if args.inprocess:
+        from resilient_slurm.sbatch.train_inprocess import run_inprocess
+
+        return run_inprocess(args, targeted)
     rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
@@ -246,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopSignal()
     stopped: int | None = None
     loss_value, step_time = math.nan, 0.0
+    timer = StepTimer(args.step_timing_every, node or socket.gethostname(), events)
+    timer.install()
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
         injector.maybe_fire(step)
         t0 = time.perf_counter()
+        timer.start_step()
         losses = []
         for rnd in range(shards.rounds):
             shards.round = rnd
@@ -266,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad(set_to_none=True)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
+        compute = timer.compute_so_far() if timer.enabled else time.perf_counter() - t0
+        delay = injector.slowdown(step, compute)  # a seeded straggler computes slower
+        if delay > 0:
+            time.sleep(delay)
         step_time = time.perf_counter() - t0
         loss_value = float(torch.stack(losses).mean()) if losses else math.nan
         for committed in ckpt.poll():
@@ -273,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             if events:
                 events.emit("checkpoint", step=committed)
                 events.emit("progress", step=step, loss=loss_value, step_time=step_time)
-        stopped = stop.agreed()
+        stopped = stop.agreed()  # a collective: waiting for a straggler ends here at the latest
+        timer.end_step()
+        timer.maybe_report(step, force=bool(stopped) or step == args.steps)
         if ckpt.due(step) or step == args.steps or stopped:
             state = {"step": step, "train": fsdp_state.capture(model, optimizer),
                      "rng": rng_state(), "data": {"position": step}, "world_size": world,
@@ -288,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             break
 
     last = step if start < args.steps else start
+    if timer.enabled and timer.wall_total > 0:
+        log(f"step timing cost {timer.cost_total * 1e3:.1f} ms of {timer.wall_total:.2f} s "
+            f"measured ({timer.cost_fraction() * 100:.3f} % of step time, {timer.source})")
+    timer.uninstall()
     with liveness.keepalive():
         ckpt.close()
         if start < args.steps:

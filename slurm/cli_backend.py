@@ -1,9 +1,11 @@
 """The Slurm CLI backend: ``scontrol``/``sinfo``/``squeue``/``sbatch`` with argv lists and timeouts.
 
-Works against Slurm 22.05 and newer. Node state comes from JSON (``scontrol --json show nodes``
-where the installed Slurm has it, else ``sinfo --json``); job detail from ``scontrol -o show
-job`` (one line per job, same on every version). Every failure raises ``SlurmError`` carrying
-Slurm's message: a dead controller, an unknown node or job, or a command that hangs.
+Works against Slurm 22.05 and newer. The node table comes from JSON (``scontrol --json show
+nodes`` where the installed Slurm has it, else ``sinfo --json``); one node from ``sinfo -n NODE``
+(a single-node RPC, what the hooks use); one job from ``scontrol --json show job ID``
+(>= 23.02) or ``scontrol -o show job ID`` (22.05), never the whole job table. Every failure
+raises ``SlurmError`` carrying Slurm's message: a dead controller, an unknown node or job, or
+a command that hangs.
 """
 
 from __future__ import annotations
@@ -16,8 +18,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from resilient_slurm import proc
-from resilient_slurm.slurm.hostlist import compress, expand
-from resilient_slurm.slurm.model import NODE_FLAGS, Job, Node, SlurmError
+from resilient_slurm.slurm.hostlist import HostlistError, compress
+from resilient_slurm.slurm.model import Job, Node, SlurmError
+from resilient_slurm.slurm.parse import (
+    _job_from_json,
+    _job_from_oneliner,
+    _job_id,
+    _node_from_json,
+    _num,
+    _words,
+    parse_oneliner,
+    split_state,
+)
+
+__all__ = ["CliSlurm", "_words", "sanitize_reason", "split_state"]
 
 DEFAULT_SEARCH = "/usr/bin:/usr/local/bin:/opt/slurm/bin:/usr/sbin:/usr/local/sbin"
 _SAFE_REASON = re.compile(r"[^A-Za-z0-9 _.,:;/@+=#()\[\]-]")
@@ -40,8 +54,10 @@ class CliSlurm:
         timeout: float = 15.0,
         bin_dir: str | None = None,
         env: Mapping[str, str] | None = None,
+        version_file: str | None = None,
     ) -> None:
         self.conf = conf
+        self.version_file = version_file
         self.timeout = timeout
         base = dict(os.environ if env is None else env)
         if conf:
@@ -81,13 +97,18 @@ class CliSlurm:
         return data
 
     def version(self) -> tuple[int, int]:
-        """(major, minor) of the installed Slurm client tools."""
+        """(major, minor) of the installed Slurm client tools (cached in ``version_file``,
+        keyed by the scontrol binary's path and mtime, when one is given)."""
+        if self._version is None and self.version_file:
+            self._version = _cached_version(self.version_file, self.search)
         if self._version is None:
             text = self._run(["scontrol", "--version"])
             m = re.search(r"(\d+)\.(\d+)", text)
             if not m:
                 raise SlurmError(f"cannot read Slurm version from {text!r}")
             self._version = (int(m.group(1)), int(m.group(2)))
+            if self.version_file:
+                _save_version(self.version_file, self.search, self._version)
         return self._version
 
     # -- reading --------------------------------------------------------------------------
@@ -115,7 +136,19 @@ class CliSlurm:
         return [by_name[n] for n in wanted]
 
     def node(self, name: str) -> Node:
-        return self.nodes([name])[0]
+        """One node, asking the controller about that node only.
+
+        ``sinfo -n NAME -N -O ...`` is answered with REQUEST_NODE_INFO_SINGLE (measured with
+        sdiag on 22.05), whereas ``scontrol show node NAME`` and ``sinfo --json`` fetch the
+        whole node table (REQUEST_NODE_INFO) and filter it on the client.
+        """
+        _check_name(name)
+        out = self._run(["sinfo", "-n", name, "-N", "-h", "-O", _SINFO_FORMAT])
+        for line in out.splitlines():
+            node = node_from_sinfo(line)
+            if node is not None and node.name == name:
+                return node
+        raise SlurmError(f"unknown node(s): {name}")
 
     def jobs(self) -> list[Job]:
         """Every job the controller still knows (pending, running, finished within MinJobAge)."""
@@ -125,13 +158,48 @@ class CliSlurm:
             data = self._json(["squeue", "--json"])  # 22.05 lists every job it knows
         return [_job_from_json(j) for j in data.get("jobs", [])]
 
-    def job(self, job_id: int | str) -> Job:
-        """One job by id; SlurmError if the controller does not know it."""
+    def job(self, job_id: int | str, timeout: float | None = None) -> Job:
+        """One job by id, asking the controller about that job only (``scontrol --json show
+        job ID`` on >= 23.02, ``scontrol -o show job ID`` on 22.05). SlurmError if the
+        controller does not know it, does not answer, or answers with something unreadable."""
         jid = _job_id(job_id)
-        for job in self.jobs():
-            if job.job_id == jid:
-                return job
+        if self.version() >= (23, 2):
+            text = self._run(["scontrol", "--json", "show", "job", str(jid)], timeout)
+            try:
+                data = json.loads(text)
+                raw = [j for j in data.get("jobs", []) if _num(j.get("job_id")) == jid]
+                if raw:
+                    return _job_from_json(raw[0])
+            except (ValueError, TypeError, AttributeError, HostlistError) as exc:
+                raise SlurmError(f"job {jid}: unreadable record ({exc})") from None
+        else:
+            text = self._run(["scontrol", "-o", "show", "job", str(jid)], timeout)
+            for line in text.splitlines():
+                fields = parse_oneliner(line)
+                if fields.get("JobId") == str(jid):
+                    return _job_from_oneliner(fields)
         raise SlurmError(f"job {jid}: no such job (unknown, or finished longer ago than MinJobAge)")
+
+    def kill_wait(self, default: float = 30.0) -> float:
+        """The cluster's ``KillWait`` (seconds between a step's SIGTERM and SIGKILL)."""
+        try:
+            text = self._run(["scontrol", "show", "config"])
+        except SlurmError:
+            return default
+        m = re.search(r"^KillWait\s*=\s*(\d+)", text, re.M)
+        return float(m.group(1)) if m else default
+
+    def signal_step(self, job_id: int | str, step: int | str, signal: str,
+                    timeout: float | None = None) -> None:
+        """Send ``signal`` (a name, e.g. ``TERM``) to every task of one step
+        (``scancel --signal=SIG JOB.STEP``); ``srun`` itself is not signalled, so the tasks
+        may save before they exit."""
+        if not re.fullmatch(r"[A-Z0-9]{1,8}", signal):
+            raise SlurmError(f"invalid signal name {signal!r}")
+        sid = str(step).strip()
+        if not sid.isdigit():
+            raise SlurmError(f"invalid step id {step!r}")
+        self._run(["scancel", f"--signal={signal}", f"{_job_id(job_id)}.{sid}"], timeout)
 
     # -- acting ---------------------------------------------------------------------------
     def drain(self, node: str, reason: str) -> None:
@@ -161,20 +229,23 @@ class CliSlurm:
         _check_name(node)
         self._run(["scontrol", "cancel_reboot", node])
 
-    def requeue(self, job_id: int | str, hold: bool = False) -> None:
-        self._run(["scontrol", "requeuehold" if hold else "requeue", str(_job_id(job_id))])
+    def requeue(self, job_id: int | str, hold: bool = False,
+                timeout: float | None = None) -> None:
+        self._run(["scontrol", "requeuehold" if hold else "requeue", str(_job_id(job_id))],
+                  timeout)
 
-    def release(self, job_id: int | str) -> None:
-        self._run(["scontrol", "release", str(_job_id(job_id))])
+    def release(self, job_id: int | str, timeout: float | None = None) -> None:
+        self._run(["scontrol", "release", str(_job_id(job_id))], timeout)
 
-    def set_excluded(self, job_id: int | str, nodes: Iterable[str]) -> None:
+    def set_excluded(self, job_id: int | str, nodes: Iterable[str],
+                     timeout: float | None = None) -> None:
         """Set a job's ``ExcNodeList`` (only while the job is pending, held or requeued)."""
         names = _checked(nodes)
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}",
-                   f"ExcNodeList={compress(names) if names else ''}"])
+                   f"ExcNodeList={compress(names) if names else ''}"], timeout)
 
     def set_request(self, job_id: int | str, *, required: Iterable[str] | None = None,
-                    num_nodes: int | None = None) -> None:
+                    num_nodes: int | None = None, timeout: float | None = None) -> None:
         """Rewrite a pending or held job's request: ``ReqNodeList`` (empty: none) and an exact
         node count (``NumNodes=N-N``; a bare ``N`` would only lower the minimum)."""
         argv = ["scontrol", "update", f"JobId={_job_id(job_id)}"]
@@ -186,7 +257,7 @@ class CliSlurm:
                 raise SlurmError(f"node count must be >= 1, got {num_nodes}")
             argv.append(f"NumNodes={num_nodes}-{num_nodes}")
         if len(argv) > 3:
-            self._run(argv)
+            self._run(argv, timeout)
 
     def shrink(self, job_id: int | str, keep: Iterable[str]) -> None:
         """Release a running job's other nodes back to Slurm (``scontrol update NodeList=``).
@@ -242,99 +313,50 @@ def _check_name(node: str) -> None:
         raise SlurmError(f"invalid node name {node!r}")
 
 
-def _job_id(job_id: int | str) -> int:
-    text = str(job_id).strip()
-    if not text.isdigit():
-        raise SlurmError(f"invalid job id {job_id!r}")
-    return int(text)
+_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
 
 
-def _words(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [w for w in re.split(r"[+,\s]+", value.upper()) if w]
-    return [str(w).upper() for w in value]
+def node_from_sinfo(line: str) -> Node | None:
+    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
+    last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
+    parts = line.rstrip("\n").split("|", 4)
+    if len(parts) != 5:
+        return None
+    name, state, user, addr, reason = (p.strip() for p in parts)
+    if reason == "none" and user == "Unknown":
+        reason, user = "", ""
+    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
+    base, flags = split_state([w for w in words if w])
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
 
 
-def split_state(words: list[str]) -> tuple[str, frozenset[str]]:
-    """Base state and flags from Slurm's state words; DRAINED/DRAINING both mean DRAIN."""
-    base = next((w for w in words if w not in NODE_FLAGS), "UNKNOWN")
-    flags = {w for w in words if w in NODE_FLAGS}
-    if flags & {"DRAINED", "DRAINING"}:
-        flags = (flags - {"DRAINED", "DRAINING"}) | {"DRAIN"}
-    return base, frozenset(flags)
+def _version_key(search: str) -> dict[str, Any] | None:
+    exe = proc.resolve("scontrol", search)
+    if exe is None:
+        return None
+    st = os.stat(exe)
+    return {"exe": exe, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
 
 
-def _node_from_json(raw: Mapping[str, Any]) -> Node:
-    base, flags = split_state(_words(raw.get("state")) + _words(raw.get("state_flags")))
-    return Node(
-        name=str(raw.get("name", "")),
-        state=base,
-        flags=flags,
-        reason=str(raw.get("reason") or ""),
-        reason_user=str(raw.get("reason_set_by_user") or ""),
-        addr=str(raw.get("address") or ""),
-    )
-
-
-def _num(value: Any, default: int = 0) -> int:
-    """Slurm >= 23.02 wraps numbers as {"set": bool, "number": n}."""
-    if isinstance(value, dict):
-        return int(value.get("number", default)) if value.get("set", True) else default
+def _cached_version(path: str, search: str) -> tuple[int, int] | None:
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        key = _version_key(search)
+        if key is not None and data.get("key") == key:
+            major, minor = data["version"]
+            return int(major), int(minor)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
-def _nodes_field(value: Any) -> tuple[str, ...]:
-    if not value or value == "(null)":
-        return ()
-    return tuple(expand(str(value)))
+def _save_version(path: str, search: str, version: tuple[int, int]) -> None:
+    from resilient_slurm.fsutil import atomic_write_json
 
-
-def _exit_code(value: Any) -> int:
-    """The job's return code (22.05: a number; >= 23.02: {"return_code": {...}, ...})."""
-    if isinstance(value, dict) and "return_code" in value:
-        return _num(value["return_code"])
-    return _num(value)
-
-
-# Job state flags in the order Slurm's job_state_string() reports them (what squeue's %T and
-# 22.05's squeue --json show); >= 23.02 JSON lists the base state and its flags instead, e.g.
-# ["COMPLETED", "COMPLETING"] while the epilog still runs.
-JOB_FLAG_ORDER = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
-                  "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD",
-                  "SIGNALING")
-JOB_BASES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
-
-
-def job_state(words: Sequence[str]) -> str:
-    """One state word as Slurm itself names the job: a reported flag wins over the base."""
-    for flag in JOB_FLAG_ORDER:
-        if flag in words:
-            return flag
-    return next((w for w in words if w in JOB_BASES), words[0] if words else "UNKNOWN")
-
-
-def _job_from_json(raw: Mapping[str, Any]) -> Job:
-    states = _words(raw.get("job_state"))
-    reason = str(raw.get("state_reason") or "")
-    priority = _num(raw.get("priority"), default=1)
-    return Job(
-        job_id=_num(raw.get("job_id")),
-        name=str(raw.get("name") or ""),
-        state=job_state(states),
-        nodes=_nodes_field(raw.get("nodes")),
-        restart_count=_num(raw.get("restart_cnt")),
-        excluded=_nodes_field(raw.get("excluded_nodes")),
-        requeue=bool(raw.get("requeue")),
-        reason="" if reason == "None" else reason,
-        held=priority == 0 or reason.startswith("JobHeld"),
-        exit_code=_exit_code(raw.get("exit_code")),
-        required=_nodes_field(raw.get("required_nodes")),
-        extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "user_name")
-               if k in raw},
-    )
+    try:
+        key = _version_key(search)
+        if key is not None:
+            atomic_write_json(path, {"key": key, "version": list(version)}, mode=0o600)
+    except OSError:
+        pass  # a cache: the next run asks again

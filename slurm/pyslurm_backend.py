@@ -57,9 +57,15 @@ class PySlurm(CliSlurm):
             raise SlurmError(f"unknown node(s): {','.join(unknown)}")
         return [by_name[n] for n in wanted]
 
-    def job(self, job_id: int | str) -> Job:
+    def job(self, job_id: int | str, timeout: float | None = None) -> Job:
         jid = _job_id(job_id)
         j = self._call(self.mod.Job.load, jid)
+        try:
+            return self._job(jid, j)
+        except Exception as exc:  # noqa: BLE001 - any unreadable field: one clear SlurmError
+            raise SlurmError(f"job {jid}: unreadable record ({exc})") from None
+
+    def _job(self, jid: int, j: Any) -> Job:
         nodes = getattr(j, "allocated_nodes", None) or getattr(j, "nodes", None) or ""
         excluded = getattr(j, "excluded_nodes", None) or ""
         required = getattr(j, "required_nodes", None) or ""
@@ -85,5 +91,6 @@ class PySlurm(CliSlurm):
         _check_name(node)
         self._call(self.mod.Node(node).modify, self.mod.Node(state="RESUME"))
 
-    def requeue(self, job_id: int | str, hold: bool = False) -> None:
+    def requeue(self, job_id: int | str, hold: bool = False,
+                timeout: float | None = None) -> None:
         self._call(self.mod.Job(_job_id(job_id)).requeue, hold)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from resilient_slurm.slurm.backend import SlurmBackend
 from resilient_slurm.slurm.cli_backend import CliSlurm
 from resilient_slurm.slurm.model import SlurmError
 
@@ -48,10 +49,12 @@ def connect(
     timeout: float = 15.0,
     bin_dir: str | None = None,
     env: Mapping[str, str] | None = None,
-) -> CliSlurm:
+    version_file: str | None = None,
+) -> SlurmBackend:
     """A Slurm handle; ``backend`` is ``auto`` (pyslurm if usable, else CLI), ``cli`` or
     ``pyslurm``."""
-    cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env)
+    cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env,
+                   version_file=version_file)
     if backend == "cli":
         return cli
     if backend not in ("auto", "pyslurm"):

@@ -11,12 +11,16 @@ import glob
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm.sandbox import jobuser, lifecycle
 from resilient_slurm.sandbox.cluster import Paths, SandboxError, preflight
 
 
@@ -61,21 +65,87 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
-@pytest.fixture(scope="session")
-def sandbox() -> Iterator[Paths]:
-    """A 4-node sandbox for the whole session (node1..node4), brought down at the end."""
+def _start_sandbox(prefix: str, **kwargs: Any) -> Iterator[Paths]:
     require_sandbox()
     _reap_stale_test_sandboxes()
-    root = tempfile.mkdtemp(prefix=TEST_PREFIX)
+    root = tempfile.mkdtemp(prefix=prefix)
     with open(os.path.join(root, OWNER_FILE), "w") as fh:
         fh.write(str(os.getpid()))
-    paths = lifecycle.up(root, nodes=4)
+    paths = lifecycle.up(root, **kwargs)
     try:
         yield paths
     finally:
         survivors = lifecycle.down(root)
         assert not survivors, f"sandbox processes survived: {survivors}"
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Paths]:
+    """A 4-node sandbox for the whole session (node1..node4), brought down at the end.
+
+    Fast timing (KillWait=5, cred_expire=10); jobs may be submitted as root or, through
+    ``job_user``, as the unprivileged account ``rsjob``.
+    """
+    yield from _start_sandbox(TEST_PREFIX, nodes=4)
+
+
+@pytest.fixture(scope="session")
+def prod_sandbox() -> Iterator[Paths]:
+    """A second 4-node sandbox with Slurm's production timeouts (``--timing production``).
+
+    Started only when a test asks for it (then kept for the session): KillWait=30,
+    cred_expire=120 (a requeued job waits that long), MessageTimeout=10,
+    HealthCheckInterval=30. ``lifecycle.sandbox_timing(prod_sandbox.root)`` has the figures.
+    """
+    yield from _start_sandbox(TEST_PREFIX + "prod-", nodes=4, timing="production")
+
+
+@dataclass(frozen=True)
+class JobUserHelper:
+    """The unprivileged account the sandboxes' jobs run as, and how to act as it."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    base: str  # a directory the user may traverse, where make_dir puts new directories
+
+    def run(self, sandbox: Paths, argv: Sequence[str], **kwargs: Any
+            ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` as the user with ``sandbox``'s SLURM_CONF (see ``jobuser.run_as``).
+
+        ``env=`` adds variables to the user's clean environment; ``cwd`` defaults to the user's
+        work directory in that sandbox; other keywords go to ``subprocess.run``.
+        """
+        return lifecycle.run_as_user(sandbox.root, argv, **kwargs)
+
+    def make_dir(self, path: str | None = None, mode: int = 0o700) -> str:
+        """A directory owned by the user (fresh under ``base`` unless ``path`` is given).
+
+        pytest's ``tmp_path`` is under a 0700 root directory the user cannot enter: use this.
+        """
+        if path is None:
+            path = tempfile.mkdtemp(dir=self.base)
+        return lifecycle.make_user_dir(path, jobuser.ensure_account(self.name), mode)
+
+
+@pytest.fixture(scope="session")
+def job_user() -> Iterator[JobUserHelper]:
+    """The sandboxes' job user (``rsjob``): name, uid, gid, ``run`` and ``make_dir``."""
+    require_sandbox()
+    entry = jobuser.ensure_account(lifecycle.DEFAULT_USER)
+    for needed in (sys.executable, os.path.dirname(os.path.abspath(__file__))):
+        blocked = jobuser.unreachable_by(needed, entry.pw_uid, entry.pw_gid)
+        if blocked is not None:
+            pytest.fail(f"the job user {entry.pw_name} cannot reach {needed}: {blocked} is "
+                        f"closed to others (chmod o+x {blocked})")
+    base = tempfile.mkdtemp(prefix="rs-test-user-")
+    os.chmod(base, 0o755)
+    try:
+        yield JobUserHelper(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture()

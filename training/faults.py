@@ -16,7 +16,11 @@ the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, th
 Targeted faults (``--fault TYPE@STEP[@WHERE]``, for tests and demos that need a fault on a given
 node): ``WHERE`` is a node name (fires on that node's local rank 0) or ``rankN`` (default
 ``rank0``). They fire once like scheduled ones, except type ``crash``: an exception raised every
-time the step is reached (a deterministic bug, which no restart can get past).
+time the step is reached (a deterministic bug, which no restart can get past), and type
+``slow`` (``slow@STEP@NODE[:FACTOR]``, default factor 2): from STEP on, every rank of that node
+(every local rank, not only the first) computes FACTOR times slower, through every restart, for
+as long as the node takes part (a straggler: the training calls :meth:`FaultInjector.slowdown`
+after each step's compute and sleeps what it says). Its ``fault`` event is emitted once.
 
 Environment (flags win over env): ``RESILIENT_FAULT_COUNT``, ``RESILIENT_FAULT_SEED``,
 ``RESILIENT_FAULT_TYPES``, ``RESILIENT_FAULT_TYPE_WEIGHTS``, ``RESILIENT_FAULT_STATE_DIR``.
@@ -37,7 +41,8 @@ from dataclasses import asdict, dataclass
 from resilient_slurm.events import EventLog
 
 FAULT_TYPES = ("exception", "hang", "sigkill", "node")
-TARGETED_TYPES = (*FAULT_TYPES, "crash")
+TARGETED_TYPES = (*FAULT_TYPES, "crash", "slow")
+DEFAULT_SLOW_FACTOR = 2.0
 NODE_SCENARIO = "xid79"
 
 
@@ -106,6 +111,7 @@ class Targeted:
     type: str
     node: str | None = None
     rank: int | None = None
+    factor: float = 1.0  # ``slow`` only: how many times slower the node computes
 
     @property
     def marker_name(self) -> str:
@@ -114,7 +120,7 @@ class Targeted:
 
     def applies(self, rank: int, local_rank: int, node: str | None) -> bool:
         if self.node is not None:
-            return self.node == node and local_rank == 0
+            return self.node == node and (local_rank == 0 or self.type == "slow")
         return self.rank == rank
 
 
@@ -122,7 +128,8 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def parse_targeted(specs: Sequence[str]) -> list[Targeted]:
-    """``["node@5@node3", "hang@7"]`` -> targeted faults; FaultConfigError on a bad spec."""
+    """``["node@5@node3", "hang@7", "slow@10@node2:1.5"]`` -> targeted faults;
+    FaultConfigError on a bad spec."""
     out = []
     for i, spec in enumerate(specs):
         parts = spec.split("@")
@@ -136,15 +143,32 @@ def parse_targeted(specs: Sequence[str]) -> list[Targeted]:
         if step < 1:
             raise FaultConfigError(f"bad fault {spec!r}: STEP must be an integer >= 1")
         where = parts[2] if len(parts) == 3 else "rank0"
+        factor = 1.0
+        if parts[0] == "slow":
+            where, factor = _slow_target(spec, where)
         m = re.fullmatch(r"rank(\d+)", where)
         if m:
-            out.append(Targeted(i, step, parts[0], rank=int(m.group(1))))
+            out.append(Targeted(i, step, parts[0], rank=int(m.group(1)), factor=factor))
         elif _NODE_NAME.match(where):
-            out.append(Targeted(i, step, parts[0], node=where))
+            out.append(Targeted(i, step, parts[0], node=where, factor=factor))
         else:
             raise FaultConfigError(f"bad fault {spec!r}: {where!r} is neither rankN nor a "
                                    "node name")
     return out
+
+
+def _slow_target(spec: str, where: str) -> tuple[str, float]:
+    """``NODE[:FACTOR]`` of a ``slow`` fault; the factor must be a finite number > 1."""
+    if ":" not in where:
+        return where, DEFAULT_SLOW_FACTOR
+    where, text = where.rsplit(":", 1)
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = 0.0
+    if not 1.0 < factor < 1000.0:
+        raise FaultConfigError(f"bad fault {spec!r}: FACTOR must be a number > 1 (and < 1000)")
+    return where, factor
 
 
 def compute_schedule(count: int, seed: int, types: Sequence[str], steps: int, world_size: int,
@@ -211,7 +235,10 @@ class FaultInjector:
         self.options, self.steps = options, steps
         self.mine = {f.step: f for f in self.schedule if f.rank == rank}
         node = self.env.get("SLURMD_NODENAME")
-        self.targeted = {t.step: t for t in targeted if t.applies(rank, local_rank, node)}
+        mine = [t for t in targeted if t.applies(rank, local_rank, node)]
+        self.targeted = {t.step: t for t in mine if t.type != "slow"}
+        self.slow = sorted((t for t in mine if t.type == "slow"), key=lambda t: t.step)
+        self._slow_seen: set[int] = set()
         events_file = events_file if events_file is not None else self.env.get(
             "RESILIENT_EVENTS_FILE")
         self.events = EventLog(events_file, "training") if events_file else None
@@ -245,6 +272,25 @@ class FaultInjector:
         fault = self.mine.get(step)
         if fault is not None and self._claim(fault):
             self._fire(fault, fault.type)
+
+    def slowdown(self, step: int, compute_s: float) -> float:
+        """Seconds this rank must sleep after ``step``'s compute (``compute_s`` seconds) to be
+        a ``slow`` fault's straggler: ``(FACTOR - 1) * compute_s`` from its step on, else 0.
+        The first time, a ``fault`` event (type ``slow``, ``factor``) is emitted, once per
+        job (the marker file)."""
+        active = [t for t in self.slow if step >= t.step]
+        if not active:
+            return 0.0
+        target = active[-1]
+        if target.index not in self._slow_seen and self._claim(target) \
+                and self.events is not None:
+            self.events.emit("fault", step=step, rank=self.rank, type="slow",
+                             factor=target.factor, index=target.index,
+                             node=self.env.get("SLURMD_NODENAME"), pid=os.getpid())
+            print(f"[fault] rank {self.rank} computes {target.factor:g}x slower from step "
+                  f"{step}", flush=True)
+        self._slow_seen.add(target.index)
+        return max(0.0, (target.factor - 1.0) * compute_s)
 
     def _fire(self, fault: Fault, kind: str) -> None:
         if self.events is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -54,7 +55,15 @@ class Liveness:
         if not force and now - self._last < self.min_interval:
             return
         with self._lock:
-            self._client.send_heartbeat()
+            try:
+                self._client.send_heartbeat()
+            except Exception as exc:  # noqa: BLE001 - NVRx wraps the OSError in its own type
+                # The monitor is gone: ft_launcher shuts it down when asked to stop, while the
+                # ranks still save; or it died, and the step's teardown follows. Either way
+                # nothing is left to beat to, and crashing would lose the save.
+                print(f"liveness: rank monitor gone ({exc}); heartbeats stop", file=sys.stderr,
+                      flush=True)
+                self._client = None
             self._last = now
 
     @contextlib.contextmanager
@@ -70,7 +79,10 @@ class Liveness:
                 with contextlib.suppress(Exception):
                     self.beat(force=True)
 
-        self.beat(force=True)
+        # A monitor that is gone (ft_launcher shuts it down when asked to stop, while the
+        # ranks still save) has nobody left to keep alive: that is not a training failure.
+        with contextlib.suppress(Exception):
+            self.beat(force=True)
         thread = threading.Thread(target=run, name="liveness-keepalive", daemon=True)
         thread.start()
         try:
@@ -78,7 +90,8 @@ class Liveness:
         finally:
             stop.set()
             thread.join()
-            self.beat(force=True)
+            with contextlib.suppress(Exception):
+                self.beat(force=True)
 
     def close(self) -> None:
         if self._client is not None:

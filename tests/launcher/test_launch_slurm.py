@@ -7,6 +7,7 @@ the world size; see ``resilient_slurm.training.ordered_reduce``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -214,22 +215,269 @@ def test_deterministic_crash_verdict(slurm, clean, tmp_path):  # type: ignore[no
     assert rows[-1][1] == f"verdict no-progress (exit {sup.EXIT_NO_PROGRESS})"
 
 
-def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
-    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1"], [], steps=20)
-    digest = fault_free(2, 20, tmp_path)
-    deadline = time.monotonic() + 180
+def scancel(sandbox, *args: str) -> None:  # type: ignore[no-untyped-def]
+    subprocess.run(["scancel", *args], check=True, timeout=30, capture_output=True,
+                   env={**os.environ, "SLURM_CONF": sandbox.conf})
+
+
+def wait_step(state: str, step: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not any(
-            e.get("step", 0) >= 3 for e in kinds(state, "progress")):
+            e.get("step", 0) >= step for e in kinds(state, "progress")):
         time.sleep(0.5)
-    pid = kinds(state, "launch_start")[0]["pid"]
-    os.kill(pid, signal.SIGUSR1)  # what --signal=B:USR1@T delivers before the time limit
+
+
+def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    # No periodic checkpoint in the run: what resumes is what the stop saved.
+    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1", "--term-timeout=30"],
+                           ["--checkpoint-every=1000"], steps=40)
+    digest = fault_free(2, 40, tmp_path)
+    wait_step(state, 15)
+    scancel(clean, "-b", "-s", "USR1", str(jid))  # what --signal=B:USR1@T delivers
     job = wait_job(slurm, jid, timeout=300)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 1
+    stopped = kinds(state, "stopped")
+    assert stopped and len({e["step"] for e in stopped}) == 1, stopped
+    saved = stopped[0]["step"]
+    assert saved >= 15
     rq = kinds(state, "requeue")
     assert len(rq) == 1 and "SIGUSR1" in rq[0]["reason"]
-    resumes = [e["step"] for e in kinds(state, "resume")]
-    assert resumes[0] == 0 and resumes[-1] >= 2  # resumed from a checkpoint, not from 0
+    resumes = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
+    assert resumes and set(resumes) == {saved}, (saved, resumes)  # exactly the saved step
     assert digest in log
     assert handled(state) == [("signal", "requeue")]
+
+
+def test_scancel_saves_and_is_not_requeued(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    jid, ckpt, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=2"],
+                              ["--checkpoint-every=1000"], steps=200)
+    wait_step(state, 10)
+    scancel(clean, str(jid))
+    job = wait_job(slurm, jid, timeout=120)
+    assert job.state == "CANCELLED" and job.restart_count == 0
+    time.sleep(2)
+    stopped = kinds(state, "stopped")
+    assert stopped and stopped[0]["step"] >= 10, kinds(state, "verdict")
+    assert sup.committed_step(ckpt) == stopped[0]["step"]  # the stop's save committed
+    assert not kinds(state, "requeue")
+    v = kinds(state, "verdict")
+    assert [(e["verdict"], e["exit_code"]) for e in v] == [("terminated", sup.EXIT_TERMINATED)]
+
+
+def _slurmctld_pid(sandbox) -> int:  # type: ignore[no-untyped-def]
+    """This sandbox's own slurmctld (never another helper's)."""
+    from resilient_slurm.sandbox.lifecycle import read_json_safe, recorded_pids
+
+    for pid in recorded_pids(read_json_safe(sandbox) or {}):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="ascii") as fh:
+                if fh.read().strip() == "slurmctld":
+                    return pid
+        except OSError:
+            continue
+    raise AssertionError("no slurmctld recorded for this sandbox")
+
+
+def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    """A node fault that nobody announces (the simulated GPU of a node turns bad under the
+    training; only the HealthCheckProgram notices) forces a requeue, and the controller stalls
+    right as the requeue starts, for longer than KillWait: the job must end requeued or with
+    a verdict, never held."""
+    from resilient_slurm.healthcheck.simulate import install_scenario
+
+    # No required node list: with one, an update the stalled controller never took would
+    # leave the job pending on the drained node (visible, not held, but not what this tests).
+    jid, _, state = submit(slurm, clean, tmp_path, 2, ["--min-nodes=2", "--max-requeues=1"],
+                           [], steps=80)
+    wait_step(state, 5)
+    bad = next(n for n in slurm.job(jid).nodes if n != slurm.job(jid).extra.get("batch_host"))
+    install_scenario(clean.node_dir(bad), "xid79")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not kinds(state, "requeue"):
+        time.sleep(0.05)
+    assert kinds(state, "requeue"), log_of(tmp_path, jid)
+    ctld = _slurmctld_pid(clean)
+    os.kill(ctld, signal.SIGSTOP)
+    try:
+        time.sleep(15)  # KillWait is 5 s here: the launcher is gone before the controller wakes
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    held = []
+    end = time.monotonic() + 300
+    job = slurm.job(jid)
+    while time.monotonic() < end and job.state not in TERMINAL:
+        job = slurm.job(jid)
+        if job.held:
+            held.append(job.state)
+            if len(held) > 20:
+                break
+        time.sleep(1)
+    log = log_of(tmp_path, jid)
+    assert not held, (held, log)
+    blames = kinds(state, "blame")
+    assert blames and list(blames[0]["blamed"]) == [bad], blames
+    assert not any(e.get("type") == "node" for e in kinds(state, "fault")), "an announcement"
+    verdicts = [e["verdict"] for e in kinds(state, "verdict")]
+    # The launcher had KillWait to requeue: it requeued, or said it could not confirm it.
+    assert set(verdicts[:-1]) <= {"requeue-unconfirmed"}, verdicts
+    if job.state == "COMPLETED":  # the requeue took effect (perhaps once the controller woke)
+        assert job.restart_count == 1 and bad not in job.nodes
+        assert verdicts[-1] == "completed"
+        resumed = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
+        saved = [e["step"] for e in kinds(state, "stopped")]
+        assert saved and set(resumed) == {saved[0]}, (saved, resumed)
+        assert fault_free(2, 80, tmp_path) in log
+    else:  # the requeue never happened: the launcher said so
+        assert job.state == "FAILED" and verdicts in (["budget-exhausted"],
+                                                      ["requeue-unconfirmed"]), (job, log)
+
+
+# -- production timing, jobs of the unprivileged user -------------------------------------------
+# KillWait=30, cred_expire=120 (a requeued job waits two minutes), HealthCheckInterval=30, the
+# kernel logs readable by root only, the job submitted and signalled by ``rsjob``.
+
+
+@pytest.fixture()
+def prod(prod_sandbox, job_user):  # type: ignore[no-untyped-def]
+    """(sandbox, root's Slurm handle, job user), every node healthy and idle."""
+    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm.slurm import connect
+
+    s = connect(conf=prod_sandbox.conf, backend="cli", timeout=20)
+    for n in s.nodes():
+        install_scenario(prod_sandbox.node_dir(n.name), "clear")
+        if n.drain or not n.available:
+            s.resume(n.name)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+            n.state == "IDLE" and not n.flags for n in s.nodes()):
+        time.sleep(0.5)
+    return prod_sandbox, s, job_user
+
+
+def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],  # type: ignore[no-untyped-def]
+                   steps: int) -> tuple[int, str, str, str]:
+    sbx, _, user = prod
+    work = user.make_dir(mode=0o755)
+    ckpt = os.path.join(work, "ckpt")
+    argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
+            f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
+            "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
+            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
+            *COMMON, *train]
+    script = os.path.join(work, "job.sbatch")
+    with open(script, "w", encoding="utf-8") as fh:
+        fh.write("#!/bin/bash\nexec " + " ".join(argv) + "\n")
+    os.chown(script, user.uid, user.gid)
+    out = os.path.join(work, "slurm-%j.out")
+    res = user.run(sbx, ["sbatch", "--parsable", f"--nodes={nodes}", "--requeue",
+                         "--open-mode=append", f"--output={out}", "--job-name=rl-prod", script],
+                   capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    jid = int(res.stdout.strip().split(";")[0])
+    return jid, ckpt, os.path.join(ckpt, ".resilient"), work
+
+
+def prod_log(work: str, jid: int) -> str:
+    p = os.path.join(work, f"slurm-{jid}.out")
+    return open(p, encoding="utf-8", errors="replace").read() if os.path.exists(p) else ""
+
+
+def test_production_time_limit_as_user(prod, tmp_path):  # type: ignore[no-untyped-def]
+    sbx, s, user = prod
+    jid, _, state, work = submit_as_user(prod, 2, ["--max-requeues=1"],
+                                         ["--checkpoint-every=1000"], steps=50)
+    assert s.job(jid).extra.get("user_name") == user.name
+    wait_step(state, 15, timeout=300)
+    res = user.run(sbx, ["scancel", "-b", "-s", "USR1", str(jid)], capture_output=True,
+                   timeout=60)
+    assert res.returncode == 0, res.stderr
+    digest = fault_free(2, 50, tmp_path)
+    job = wait_job(s, jid, timeout=600)  # cred_expire=120 before the requeued job restarts
+    log = prod_log(work, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 1
+    stopped = kinds(state, "stopped")
+    assert stopped and len({e["step"] for e in stopped}) == 1, stopped
+    resumes = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
+    assert resumes and set(resumes) == {stopped[0]["step"]}, (stopped, resumes)
+    assert [e["verdict"] for e in kinds(state, "verdict")] == ["completed"]
+    assert digest in log
+
+
+def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path):  # type: ignore[no-untyped-def]
+    """The acceptance run: 4 nodes, production timing, the job user's 3-node job, a real
+    simulated node fault (node's GPU turns bad; nobody announces it, only the root
+    HealthCheckProgram sees the root-only kernel log and drains), a requeue onto the spare node
+    with the controller stalled for longer than KillWait. The job completes, only the faulty
+    node is blamed, never held, and the final digest equals the fault-free run's."""
+    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm.sandbox import lifecycle
+
+    sbx, s, user = prod
+    jid, _, state, work = submit_as_user(prod, 3, ["--min-nodes=3", "--max-requeues=1"], [],
+                                         steps=200)
+    wait_step(state, 5, timeout=300)
+    job = s.job(jid)
+    bad = next(n for n in job.nodes if n != job.extra.get("batch_host"))
+    install_scenario(sbx.node_dir(bad), "xid79")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not kinds(state, "requeue"):
+        time.sleep(0.05)
+    assert kinds(state, "requeue"), prod_log(work, jid)
+    lifecycle.controller_stall(sbx.root, 40)  # > KillWait (30): the launcher is gone first
+    digest = fault_free(3, 200, tmp_path)  # while the requeued job waits out cred_expire
+    held = []
+    end = time.monotonic() + 600
+    job = s.job(jid)
+    while time.monotonic() < end and job.state not in TERMINAL:
+        job = s.job(jid)
+        if job.held:
+            held.append(job.state)
+            if len(held) > 20:
+                break
+        time.sleep(2)
+    log = prod_log(work, jid)
+    assert not held, (held, log)
+    assert job.state == "COMPLETED", (job, log)
+    assert job.restart_count == 1 and bad not in job.nodes
+    blamed = [b for e in kinds(state, "blame") for b in (e.get("blamed") or {})]
+    assert blamed == [bad], kinds(state, "blame")
+    assert "rhc:" in str(kinds(state, "blame")[0]["blamed"][bad])
+    assert not any(e.get("type") == "node" for e in kinds(state, "fault")), "an announcement"
+    verdicts = [e["verdict"] for e in kinds(state, "verdict")]
+    assert set(verdicts[:-1]) <= {"requeue-unconfirmed"} and verdicts[-1] == "completed"
+    saved = [e["step"] for e in kinds(state, "stopped")]
+    resumed = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
+    assert saved and set(resumed) == {saved[0]}, (saved, resumed)
+    assert digest in log
+
+
+def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    """An excluded node that an admin resumed and whose published verdict is ok (newer than the
+    exclusion) is readmitted at the next requeue; one still drained, or without a newer ok
+    verdict, stays out."""
+    from resilient_slurm.launcher import plan
+
+    vdir = tmp_path / "verdicts"
+    vdir.mkdir()
+    cfg = sup.Settings(checkpoint_dir=str(tmp_path / "ck"), state_dir=str(tmp_path / "st"),
+                       min_nodes=1, verdict_path=str(vdir / "{node}.json"))
+    alloc = plan.Allocation(job_id=999, nodes=("node1",))
+    s = sup.Supervisor(slurm, alloc, plan.LaunchOptions(script="t.py"),
+                       plan.Features(frozenset()), cfg, {})
+    t0 = time.time()
+    for n in ("node2", "node3", "node4"):
+        s.led.exclude(n, "rhc:XID79", now=t0)
+    slurm.drain("node4", "admin: still broken")
+    try:
+        for n, when in (("node2", t0 + 5), ("node3", t0 - 5), ("node4", t0 + 5)):
+            (vdir / f"{n}.json").write_text(json.dumps(
+                {"format": 1, "node": n, "status": "ok", "codes": [], "time": when}))
+        assert s._readmit() == ["node2"]
+        assert sorted(s.led.excluded) == ["node3", "node4"]
+        assert s.led.usable(["node2", "node3"]) == ["node2"]
+    finally:
+        slurm.resume("node4")

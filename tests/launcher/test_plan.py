@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 import pytest
 
 from resilient_slurm.launcher import plan
-from resilient_slurm.launcher.node import parse_addrs, substitute
+from resilient_slurm.launcher.node import read_addrs, substitute
 
 HELP_041 = """usage: ft_launcher [-h] [--nnodes NNODES]
   --local-addr LOCAL_ADDR, --local_addr LOCAL_ADDR
@@ -81,7 +85,11 @@ def test_passthrough_wins_and_module() -> None:
 def test_rdzv_port_fresh_per_cycle_and_stable() -> None:
     a = plan.Allocation(job_id=7, nodes=("n1",), cluster="c")
     ports = {plan.rdzv_port(a, c) for c in range(1, 20)}
-    assert len(ports) >= 18 and all(20000 <= p < 50000 for p in ports)
+    # outside Linux's default ephemeral range 32768-60999 (where outgoing connections take
+    # their ports), in the larger free stretch around it
+    assert len(ports) >= 18 and all(10000 <= p < 32768 for p in ports)
+    high = {plan.rdzv_port(a, c, (10000, 30000)) for c in range(1, 20)}
+    assert all(30000 < p <= 65535 for p in high)
     assert plan.rdzv_port(a, 3) == plan.rdzv_port(a, 3)
     assert plan.rdzv_id(a, 2) == "rs-7-r0-c2"
 
@@ -95,14 +103,17 @@ def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=1" in argv
     assert "--nodelist=node1,node2" in argv and "--jobid=9" in argv
     assert cyc.endpoint.startswith("10.0.0.1:")
-    assert "--addrs=node1=10.0.0.1,node2=10.0.0.2" in argv
+    files = dict(cyc.files)
+    addrs_file = files and next(p for p in files if p.endswith("addrs.json"))
+    assert f"--addrs-file={addrs_file}" in argv
+    assert json.loads(files[addrs_file]) == {"node1": "10.0.0.1", "node2": "10.0.0.2"}
     assert argv.index("--") < argv.index("ft_launcher")
     with pytest.raises(plan.PlanError):
         plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041), [], {}, 1, "d")
 
 
 def test_node_shim_substitution() -> None:
-    assert parse_addrs("n1=1.2.3.4,n2=,bad") == {"n1": "1.2.3.4", "n2": ""}
+    assert read_addrs("/nonexistent/addrs.json") == {}
     cmd = ["ft", "--local-addr={local_addr}", "--log-dir=/x/{node}", "s.py"]
     assert substitute(cmd, "n1", "1.2.3.4") == ["ft", "--local-addr=1.2.3.4", "--log-dir=/x/n1",
                                                 "s.py"]
@@ -136,3 +147,50 @@ def test_resized_env_matches_the_released_allocation() -> None:
     assert out["HOME"] == "/h" and env["SLURM_NNODES"] == "4"  # the input is left alone
     odd = plan.resized_env({**env, "SLURM_JOB_CPUS_PER_NODE": "weird"}, ["n1", "n2"], ["n1"])
     assert "SLURM_JOB_CPUS_PER_NODE" not in odd
+
+
+# What NVRx 0.4.1's ``ft_launcher --help --ignore-missing-fault-tol-cfg ...`` prints on stderr.
+DEPRECATION_041 = """launcher.py:1091: UserWarning: Argument --ignore-missing-fault-tol-cfg is \
+deprecated and will be removed in NVRx v0.5
+  warnings.warn(f"Argument {arg} is deprecated and will be removed in NVRx v0.5")
+launcher.py:1091: UserWarning: Argument --ft-param-initial_rank_heartbeat_timeout is deprecated \
+and will be removed in NVRx v0.5
+"""
+
+
+def test_deprecated_flags_are_never_passed() -> None:
+    f = plan.Features(plan.parse_help(HELP_041), "0.4.1", plan.parse_deprecated(DEPRECATION_041))
+    assert f.deprecated == {"--ignore-missing-fault-tol-cfg",
+                            "--ft-param-initial_rank_heartbeat_timeout"}
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 2, "h:1", "r")
+    assert not set(argv) & f.deprecated
+    assert not any(a.startswith(tuple(f.deprecated)) for a in argv)
+    assert "--ft-initial-rank-heartbeat-timeout=300" in argv  # the current spelling instead
+
+
+def test_monitor_interval_is_ft_launchers_own() -> None:
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), feats(HELP_041), 2, "h:1", "r")
+    assert not any(a.startswith("--monitor-interval") for a in argv)
+
+
+def test_detect_features_on_the_installed_nvrx() -> None:
+    import shutil
+    import sys
+
+    exe = shutil.which("ft_launcher") or os.path.join(os.path.dirname(sys.executable),
+                                                      "ft_launcher")
+    if not os.path.exists(exe):
+        pytest.skip("nvidia-resiliency-ext not installed")
+    f = plan.detect_features(exe)
+    assert f.flag("heartbeat") and f.flag("term_timeout")
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 1, "h:1", "r")
+    # run the very flags we pass (less the script): no deprecation warning from NVRx
+    out = subprocess.run([exe, "--help", *argv[1:-1]], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0 and "deprecated" not in out.stderr.replace("pynvml package is "
+                                                                          "deprecated", "")
+
+
+def test_ft_launchers_budget_leaves_the_job_budget_to_the_supervisor() -> None:
+    assert plan.ft_restart_budget(0) == 0
+    assert plan.ft_restart_budget(3) == 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from resilient_slurm.slurm.cli_backend import _job_from_json, _node_from_json
+from resilient_slurm.slurm.parse import _job_from_json, _node_from_json
 
 
 def _n(number: int, set_: bool = True) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,11 @@ def test_up_srun_down_leaves_nothing() -> None:
         out = subprocess.run(["srun", "-N4", "hostname"], env=env, capture_output=True, text=True,
                              timeout=60, check=True).stdout
         assert len(out.strip().splitlines()) == 4
+        as_user = subprocess.run([*CLI, "sandbox", "exec-as-user", "--dir", root, "--",
+                                  "srun", "-N2", "id", "-un"], capture_output=True, text=True,
+                                 timeout=60)
+        assert as_user.returncode == 0, as_user.stderr
+        assert as_user.stdout.split() == ["rsjob", "rsjob"]
         exports = subprocess.run([*CLI, "sandbox", "env", "--dir", root], capture_output=True,
                                  text=True, check=True).stdout
         assert f"export SLURM_CONF={conf}" in exports
@@ -49,6 +55,7 @@ def test_up_srun_down_leaves_nothing() -> None:
     again = subprocess.run([*CLI, "sandbox", "status", "--dir", root], capture_output=True,
                            text=True)
     assert again.returncode != 0 and "Traceback" not in again.stderr
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_missing_slurm_says_what_to_install(monkeypatch, tmp_path) -> None:

@@ -185,3 +185,24 @@ def test_controller_down_raises_within_timeout() -> None:
         assert "slurm" in str(err.value).lower() or "no answer" in str(err.value)
     finally:
         assert lifecycle.down(root) == []
+
+
+def test_job_reads_one_job_not_the_whole_queue(sandbox, slurm, tmp_path) -> None:
+    """``job(ID)`` asks the controller about that job only (the launcher polls it around a
+    requeue; a full job-table dump per poll costs a busy controller dearly)."""
+    from resilient_slurm.sandbox import rpc
+
+    env = {**os.environ, "SLURM_CONF": sandbox.conf}
+    script = tmp_path / "sleep.sh"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    jid = slurm.submit(str(script), ["-N1", "--output=/dev/null"], env=env)
+    try:
+        wait_until(lambda: slurm.job(jid).state == "RUNNING")
+        before = rpc.counts(sandbox.root)
+        for _ in range(5):
+            assert slurm.job(jid).job_id == jid
+        got = rpc.counts(sandbox.root).since(before).by_type
+        assert got.get("REQUEST_JOB_INFO", 0) == 0, got  # the whole job table
+        assert got.get("REQUEST_JOB_INFO_SINGLE", 0) >= 5, got
+    finally:
+        slurm.cancel(jid)

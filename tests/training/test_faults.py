@@ -199,3 +199,43 @@ def test_schedule_over_a_fixed_world_survives_a_shrink(tmp_path) -> None:
         for step in range(100):
             inj.maybe_fire(step)
     assert sorted(fired, key=lambda f: f.index) == three
+
+
+def test_parse_slow_fault_with_and_without_factor() -> None:
+    got = parse_targeted(["slow@10@node2:1.5", "slow@3@node4", "slow@7@rank1:3"])
+    assert got == [Targeted(0, 10, "slow", node="node2", factor=1.5),
+                   Targeted(1, 3, "slow", node="node4", factor=2.0),
+                   Targeted(2, 7, "slow", rank=1, factor=3.0)]
+
+
+@pytest.mark.parametrize("spec", ["slow@3@node2:1", "slow@3@node2:0.5", "slow@3@node2:x",
+                                  "slow@3@node2:", "slow@3@node2:inf", "slow@3@node2:nan",
+                                  "slow@3@node 2:2"])
+def test_parse_slow_rejects_bad_factor(spec) -> None:
+    with pytest.raises(FaultConfigError, match="bad fault"):
+        parse_targeted([spec])
+
+
+def test_slow_fault_slows_every_rank_of_its_node_from_its_step_on(tmp_path) -> None:
+    ev = str(tmp_path / "ev.jsonl")
+    targeted = parse_targeted(["slow@5@node3:1.5"])
+
+    def injector(node: str, rank: int, local: int) -> FaultInjector:
+        env = {"SLURMD_NODENAME": node, "RESILIENT_EVENTS_FILE": ev}
+        return FaultInjector(FaultOptions(), steps=20, rank=rank, world_size=4,
+                             state_dir=str(tmp_path / "s"), env=env, targeted=targeted,
+                             local_rank=local)
+
+    slow0, slow1, fast = injector("node3", 2, 0), injector("node3", 3, 1), injector("node2", 0, 0)
+    for step in range(1, 5):
+        assert slow0.slowdown(step, 0.2) == 0.0 and slow1.slowdown(step, 0.2) == 0.0
+    for step in range(5, 12):
+        assert slow0.slowdown(step, 0.2) == pytest.approx(0.1)
+        assert slow1.slowdown(step, 0.4) == pytest.approx(0.2)
+        assert fast.slowdown(step, 0.2) == 0.0
+        slow0.maybe_fire(step)  # a slow fault is not a one-shot action
+    again = injector("node3", 2, 0)  # a restarted rank is still slow, the event is not repeated
+    assert again.slowdown(15, 0.2) == pytest.approx(0.1)
+    faults = [e for e in read_events(ev) if e["kind"] == "fault"]
+    assert [(e["type"], e["node"], e["factor"], e["step"]) for e in faults] == [
+        ("slow", "node3", 1.5, 5)]

@@ -1,0 +1,129 @@
+"""What the launcher sees of any training script: ft_launcher's and its rank monitors' log lines.
+
+The node shim passes every line of ``ft_launcher``'s stderr (the ranks' stderr included) through
+:func:`parse_line`; each recognised line becomes one event in the job's events file, stamped
+when the shim read it. Nothing here needs the training script's cooperation:
+
+============================  =================================================================
+event (fields)                from the line (NVRx 0.4.1 / torch 2.13 wording, pinned by tests)
+============================  =================================================================
+``worker_exception`` (rank)   ``[rankN]: Traceback (most recent call last):``, printed by
+                              torch.distributed's excepthook as the exception ends the rank
+``peer_lost`` (rank)           ``[rankN]: ... Connection closed by peer``: rank N failed because
+                              another rank died first (its traceback is a consequence)
+``rank_disconnected`` (rank)  ``RankMonServer..:N] Started periodic restart check.``: the rank's
+                              process closed its monitor connection (it exited or was killed)
+``worker_failed``             ``failed (exitcode: C) local_rank: L (pid: P)``: ft_launcher saw a
+(local_rank, exitcode,        dead worker (``signal`` when C < 0, e.g. SIGKILL)
+signal)
+``worker_restart``            ``[role] Worker group FAILED. 2/3 attempts left; will restart``
+(state, attempts_left)
+``rendezvous`` (round,        ``has joined round R of the rendezvous '...' as rank G in a world
+group_rank, world)            of size W``: the round counts restarts of the whole job
+``hang_detected`` (rank,      ``Did not get subsequent heartbeat. Waited T seconds.``
+heartbeat, waited_s)
+``first_heartbeat`` (rank)    ``RankMonServer..:N] Periodic restart check task cancelled.``: the
+                              rank's first heartbeat after a restart (training runs again)
+============================  =================================================================
+
+Another wording in a later release only costs the event (the restart itself is NVRx's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from typing import Any
+
+_MON = r"RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hang_detected", re.compile(_MON + r".*Did not get (?P<which>initial|subsequent) "
+                                 r"heartbeat\. Waited (?P<waited>[\d.]+)")),
+    ("first_heartbeat", re.compile(_MON + r".*Periodic restart check task cancelled")),
+    ("rank_disconnected", re.compile(_MON + r".*Started periodic restart check")),
+    ("worker_exception", re.compile(r"^\[rank(?P<rank>\d+)\]: ?Traceback \(most recent call")),
+    ("peer_lost", re.compile(r"^\[rank(?P<rank>\d+)\]: .*(Connection closed by peer|"
+                             r"Connection reset by peer|Broken pipe)")),
+    ("worker_failed", re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: "
+                                 r"(?P<local>\d+) \(pid: (?P<pid>\d+)\)")),
+    ("worker_restart", re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
+                                  r"attempts left; will restart")),
+    ("rendezvous", re.compile(r"has joined round (?P<round>\d+) of the rendezvous '[^']*' as "
+                              r"rank (?P<grank>\d+) in a world of size (?P<world>\d+)")),
+)
+
+
+def _rank(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``(kind, fields)`` of the event ``line`` reports, or None."""
+    for kind, pat in PATTERNS:
+        m = pat.search(line)
+        if m is None:
+            continue
+        g = m.groupdict()
+        if kind == "hang_detected":
+            return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
+                          "waited_s": float(g["waited"])}
+        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception", "peer_lost"):
+            if _rank(g["rank"]) is None:
+                return None
+            return kind, {"rank": _rank(g["rank"])}
+        if kind == "worker_failed":
+            code = int(g["code"])
+            sig = None
+            if code < 0:
+                try:
+                    sig = signal.Signals(-code).name
+                except ValueError:
+                    sig = f"signal {-code}"
+            return kind, {"local_rank": int(g["local"]), "exitcode": code, "signal": sig,
+                          "pid": int(g["pid"])}
+        if kind == "worker_restart":
+            return kind, {"state": g["state"], "attempts_left": int(g["left"])}
+        return kind, {"round": int(g["round"]), "group_rank": int(g["grank"]),
+                      "world": int(g["world"])}
+    return None
+
+
+def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
+    """In-job restarts of the whole job since ``since`` (a cycle's start): rendezvous rounds
+    joined after the first one. Every node joins each round, so a fault counts once however
+    many nodes' ft_launchers restarted for it."""
+    rounds = {e["round"] for e in events if e.get("kind") == "rendezvous"
+              and isinstance(e.get("round"), int) and float(e.get("ts", 0)) >= since}
+    return max(len(rounds) - 1, 0)
+
+
+class EventTail:
+    """The events appended to ``path`` since the last :meth:`read` (all of them, from
+    ``since`` on, accumulated): the watch loop reads only the new bytes each tick."""
+
+    def __init__(self, path: str, since: float = 0.0) -> None:
+        self.path, self.since, self.offset = path, since, 0
+        self.events: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.events
+        end = data.rfind(b"\n") + 1  # a torn last line waits for the next read
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("kind") in WATCHED \
+                    and float(e.get("ts", 0)) >= self.since:
+                self.events.append(e)
+        return self.events
+
+
+WATCHED = frozenset(kind for kind, _ in PATTERNS)

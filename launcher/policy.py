@@ -1,0 +1,106 @@
+"""What the launcher does next: one pure decision over a small state, tested exhaustively.
+
+The supervisor gathers the facts (how the cycle ended, which signal is pending, what blame
+found, the budgets) into a ``State`` at every decision point (before a cycle starts and after
+one ends) and acts on the ``Decision``. Nothing here touches Slurm, files or processes.
+
+Rules, in order:
+
+1. A training that completed is done, whatever signal came late (a stale ``SIGUSR1`` never
+   turns a success into a requeue).
+2. ``SIGTERM`` (``scancel``, preemption) ends the launcher with exit 143; a cancelled job is
+   never requeued, whenever the signal arrived (during a cycle, blame or before a requeue).
+3. ``SIGUSR1`` (time-limit warning) means requeue: the training was asked to save.
+4. Too many requeues already (``SLURM_RESTART_COUNT`` beyond ``--max-requeues``): budget verdict.
+5. Before a cycle: enough usable nodes -> run it; else requeue.
+6. After a failed cycle: no node blamed and no progress for ``no_progress_limit`` cycles ->
+   no-progress verdict; no node blamed -> requeue; blamed nodes with enough survivors ->
+   elastic relaunch (unless ``prefer_requeue``: a straggler with ``--on-straggler requeue``);
+   else requeue.
+7. Any requeue with the budget spent becomes the budget verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Phase(str, Enum):
+    BEFORE_CYCLE = "before-cycle"  # about to launch a cycle
+    COMPLETED = "completed"  # the cycle's training exited 0 and was not stopped by us
+    FAILED = "failed"  # the cycle ended otherwise (crash, gave up, stopped on a node fault)
+
+
+class Signal(str, Enum):
+    NONE = ""
+    TERM = "SIGTERM"
+    USR1 = "SIGUSR1"
+
+
+class Action(str, Enum):
+    RUN_CYCLE = "run-cycle"
+    DONE = "done"  # exit 0
+    TERMINATE = "terminate"  # exit 143, left to Slurm
+    ELASTIC = "elastic"  # relaunch on the survivors in this allocation
+    REQUEUE = "requeue"  # exit 5 once Slurm took the requeue
+    NO_PROGRESS = "no-progress"  # exit 3
+    BUDGET = "budget-exhausted"  # exit 4
+
+
+@dataclass(frozen=True)
+class State:
+    phase: Phase
+    signal: Signal = Signal.NONE
+    usable: int = 0  # nodes that may run the next cycle (after this cycle's blame)
+    min_nodes: int = 1
+    blamed: int = 0  # nodes blamed by this cycle
+    no_progress: int = 0  # failed cycles/requeues in a row without progress
+    no_progress_limit: int = 3
+    restart_count: int = 0  # SLURM_RESTART_COUNT
+    max_requeues: int = 3
+    prefer_requeue: bool = False  # blamed nodes go by requeue even when survivors suffice
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    why: str
+
+
+def decide(s: State) -> Decision:
+    """The next action for state ``s`` (see the module's rules)."""
+    if s.phase is Phase.COMPLETED:
+        return Decision(Action.DONE, "training completed")
+    if s.signal is Signal.TERM:
+        return Decision(Action.TERMINATE, "SIGTERM received (scancel or preemption): left to "
+                                          "Slurm, not requeued")
+    if s.restart_count > s.max_requeues:
+        return Decision(Action.BUDGET, f"restart count {s.restart_count} exceeds "
+                                       f"--max-requeues {s.max_requeues}")
+    if s.signal is Signal.USR1:
+        return _requeue(s, "SIGUSR1 received (time limit warning)")
+    if s.phase is Phase.BEFORE_CYCLE:
+        if s.usable >= s.min_nodes:
+            return Decision(Action.RUN_CYCLE, f"{s.usable} usable node(s)")
+        return _requeue(s, f"{s.usable} usable node(s) < --min-nodes {s.min_nodes}")
+    if s.blamed == 0:
+        if s.no_progress >= s.no_progress_limit:
+            return Decision(Action.NO_PROGRESS,
+                            f"no progress in {s.no_progress} cycle(s)/requeue(s): a "
+                            "deterministic failure, not requeueing")
+        return _requeue(s, "cycle failed with no node to blame and in-job restarts exhausted")
+    if s.usable >= s.min_nodes and s.prefer_requeue:
+        return _requeue(s, f"{s.blamed} node(s) blamed, requeue preferred (--on-straggler "
+                           "requeue)")
+    if s.usable >= s.min_nodes:
+        return Decision(Action.ELASTIC, f"{s.blamed} node(s) blamed, {s.usable} survivor(s)")
+    return _requeue(s, f"{s.blamed} node(s) blamed: {s.usable} survivor(s) < --min-nodes "
+                       f"{s.min_nodes}")
+
+
+def _requeue(s: State, why: str) -> Decision:
+    if s.restart_count >= s.max_requeues:
+        return Decision(Action.BUDGET, f"{why}; requeue budget spent ({s.restart_count}/"
+                                       f"{s.max_requeues})")
+    return Decision(Action.REQUEUE, why)

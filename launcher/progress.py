@@ -1,0 +1,172 @@
+"""Is the training getting anywhere? Progress from any script, not only ours.
+
+Two sources, either enough:
+
+* **step reports** in the job's events file (``$RESILIENT_EVENTS_FILE``): ``progress`` events
+  with an integer ``step``, written by our training library or by any script through
+  :func:`report_step` (a one-line call per step; a no-op outside ``resilient-launch``);
+* the **newest complete checkpoint** under the checkpoint directory, whatever wrote it
+  (:func:`newest_checkpoint`): a numbered directory holding a completion marker (ours
+  ``COMMITTED``, ``DONE``, ``_SUCCESS``... or a name the user gives) or a finished
+  ``torch.distributed.checkpoint`` save (its ``.metadata`` is written last); Megatron's
+  ``latest_checkpointed_iteration.txt``; Lightning's ``...step=N....ckpt``; NVRx local
+  checkpoints ``iter_NNNNNNN_<rank>_local.pt`` (not while ``.dirty``).
+
+The progress mark is the highest step either source shows. A cycle that ends without raising
+it made no progress. With neither source there is no progress signal at all, and the launcher
+issues no no-progress verdict (it says so in its log): restarts alone prove nothing.
+
+Rank heartbeats say a rank is alive, not how far it got: they drive hang detection and the
+report's "first heartbeat after a restart", never this verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from resilient_slurm.events import EventLog, read_events
+
+MARKERS = ("COMMITTED", "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
+           "_SUCCESS", "SUCCESS", "_COMPLETE")
+DCP_METADATA = ".metadata"
+MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
+_NUMBER = re.compile(r"(\d+)(?!.*\d)")  # the last number in a name
+_LIGHTNING = re.compile(r"step=(\d+).*\.ckpt$")
+_NVRX_LOCAL = re.compile(r"^iter_(\d+)_\d+_local\.pt$")
+MAX_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: str
+    layout: str  # "marker:NAME", "dcp", "megatron", "lightning", "nvrx-local"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The progress mark: ``step`` (None when unknown) and where it came from (``source``
+    None: no progress signal exists)."""
+
+    step: int | None
+    source: str | None
+
+    @property
+    def known(self) -> bool:
+        return self.source is not None
+
+
+def _step_of(name: str) -> int | None:
+    m = _NUMBER.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _candidates(root: str, entries: Iterable[os.DirEntry[str]],
+                markers: tuple[str, ...]) -> Iterable[Checkpoint]:
+    for e in entries:
+        name = e.name
+        if e.is_file(follow_symlinks=False):
+            if name == MEGATRON_TRACKER:
+                try:
+                    text = open(e.path, encoding="utf-8").read(64).strip()
+                except OSError:
+                    continue
+                if text.isdigit():
+                    yield Checkpoint(int(text), e.path, "megatron")
+            elif (m := _LIGHTNING.search(name)) is not None:
+                yield Checkpoint(int(m.group(1)), e.path, "lightning")
+            elif (m := _NVRX_LOCAL.match(name)) is not None:
+                yield Checkpoint(int(m.group(1)), e.path, "nvrx-local")
+            continue
+        if not e.is_dir(follow_symlinks=False):
+            continue
+        step = _step_of(name)
+        if step is None:
+            continue
+        for marker in markers:
+            if os.path.isfile(os.path.join(e.path, marker)):
+                yield Checkpoint(step, e.path, f"marker:{marker}")
+                break
+        else:
+            if os.path.isfile(os.path.join(e.path, DCP_METADATA)):
+                yield Checkpoint(step, e.path, "dcp")
+    del root
+
+
+def newest_checkpoint(checkpoint_dir: str | None, marker: str | None = None,
+                      max_depth: int = MAX_DEPTH) -> Checkpoint | None:
+    """The highest-step complete checkpoint under ``checkpoint_dir`` in any layout above;
+    ``marker`` adds the user's own completion-marker file name. None when there is none (or
+    the directory does not exist). Looks ``max_depth`` levels down."""
+    if not checkpoint_dir:
+        return None
+    markers = ((marker,) if marker else ()) + MARKERS
+    best: Checkpoint | None = None
+    todo = [(checkpoint_dir, 0)]
+    while todo:
+        path, depth = todo.pop()
+        try:
+            with os.scandir(path) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for ck in _candidates(path, entries, markers):
+            if best is None or ck.step > best.step:
+                best = ck
+        if depth + 1 < max_depth:
+            todo += [(e.path, depth + 1) for e in entries
+                     if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    return best
+
+
+def reported_step(events_path: str, since: float = 0.0) -> int | None:
+    """The highest ``step`` of a ``progress`` event at or after ``since``."""
+    best = None
+    for e in read_events(events_path):
+        step = e.get("step")
+        if e.get("kind") == "progress" and isinstance(step, int) and not isinstance(step, bool) \
+                and float(e.get("ts", 0)) >= since:
+            best = step if best is None else max(best, step)
+    return best
+
+
+def observe(checkpoint_dir: str | None, events_path: str, marker: str | None = None) -> Progress:
+    """The job's progress mark now, from step reports and checkpoints."""
+    reported = reported_step(events_path)
+    ckpt = newest_checkpoint(checkpoint_dir, marker)
+    if reported is None and ckpt is None:
+        return Progress(None, None)
+    if ckpt is None or (reported is not None and reported >= ckpt.step):
+        return Progress(reported, "step reports")
+    return Progress(ckpt.step, f"checkpoint ({ckpt.layout}) {ckpt.path}")
+
+
+# -- the training-side API --------------------------------------------------------------------
+_LOG: EventLog | None = None
+
+
+def report_step(step: int, **fields: object) -> None:
+    """Tell ``resilient-launch`` that training completed ``step`` (call once per step, or
+    every few steps; rank 0 only by default). It feeds the no-progress verdict and the
+    report's steps, lost steps and goodput. Outside ``resilient-launch`` (no
+    ``$RESILIENT_EVENTS_FILE``) it does nothing. Never raises on a full or missing disk.
+
+    .. code-block:: python
+
+        from resilient_slurm.launcher.progress import report_step
+        ...
+        report_step(step)  # after optimizer.step()
+    """
+    global _LOG
+    path = os.environ.get("RESILIENT_EVENTS_FILE")
+    if not path or os.environ.get("RANK", "0") != "0":
+        return
+    if _LOG is None or _LOG.path != path:
+        _LOG = EventLog(path, "training", node=os.environ.get("SLURMD_NODENAME"))
+    try:
+        _LOG.emit("progress", step=int(step), rank=0, **fields)
+    except OSError:
+        pass
