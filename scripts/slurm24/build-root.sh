@@ -20,4 +20,7 @@ debootstrap --variant=minbase --components=main \
 # Nothing in the root starts services on its own; apt caches are not kept.
 printf '#!/bin/sh\nexit 101\n' >"$target/usr/sbin/policy-rc.d"
 chmod 755 "$target/usr/sbin/policy-rc.d"
+# The host's Python is bind-mounted under /root/.pyenv: the sandbox's unprivileged job user must
+# be able to pass through /root to run it.
+chmod 711 "$target/root"
 rm -rf "$target"/var/cache/apt/archives/*.deb "$target"/var/lib/apt/lists/*

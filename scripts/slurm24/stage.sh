@@ -20,16 +20,19 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-# -- what runs: the Slurm-facing tests and NVRx's async checkpointing, by file; -k keeps the
-#    launcher's crash, hang, node-fault and requeue tests (every test of the other files
-#    matches "not test_launch_slurm").
+# -- what runs: the Slurm-facing tests and NVRx's async checkpointing. Whole files, plus the
+#    launcher's crash / hang / node-fault / requeue tests by node id (a renamed test fails the
+#    stage loudly instead of silently dropping out of it).
+L=tests/launcher/test_launch_slurm.py
 SELECT=(
     tests/slurm/test_seam_cluster.py
     tests/slurm/test_doctor.py
     tests/hooks/test_hooks_cluster.py
     tests/training/test_checkpoint.py
-    tests/launcher/test_launch_slurm.py
-    -k "not test_launch_slurm or crash or hang or node_fault or requeue"
+    "$L::test_exception_and_hang_restart_in_job"
+    "$L::test_deterministic_crash_verdict"
+    "$L::test_node_fault_elastic"
+    "$L::test_node_fault_requeue"
 )
 
 cache=${RS_CACHE_DIR:-/var/cache/resilient-slurm}
