@@ -53,11 +53,17 @@ def substitute(cmd: list[str], node: str, addr: str) -> list[str]:
     return out
 
 
-# NVRx 0.4.1's rank monitor: "[ts] [WARNING] [RankMonServer<pid>@<host>:<rank>] Did not get
-# subsequent heartbeat. Waited 8.00 seconds." Another wording in a later release only costs the
-# event (the restart itself is NVRx's); the test pins the line it was written against.
-HANG_LINE = re.compile(r"RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\].*Did not get "
-                       r"(?P<which>initial|subsequent) heartbeat\. Waited (?P<waited>[\d.]+)")
+# NVRx's rank monitor reporting missing heartbeats. 0.4.1: "[ts] [WARNING]
+# [RankMonServer<pid>@<host>:<rank>] Did not get subsequent heartbeat. Waited 8.00 seconds."
+# 0.6: "<ts> [WARNING] [<host>] [workload:<rank|?>(<local>) infra:<n>(<local>)]
+# rank_monitor_server.py:<line> [Cycle <n>] Did not get subsequent heartbeat. Waited 8.00 seconds."
+# Another wording in a later release only costs the event (the restart itself is NVRx's); the
+# tests pin the lines it was written against.
+HANG_LINE = re.compile(r"(?:RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
+                       r"|\[workload:(?P<wrank>\d+|\?)\([^)]*\) infra:[^\]]*\] "
+                       r"rank_monitor_server\.py:\d+ )"
+                       r".*Did not get (?P<which>initial|subsequent) heartbeat\. "
+                       r"Waited (?P<waited>[\d.]+)")
 
 
 def hang_report(line: str) -> dict[str, object] | None:
@@ -65,7 +71,7 @@ def hang_report(line: str) -> dict[str, object] | None:
     m = HANG_LINE.search(line)
     if m is None:
         return None
-    rank = m.group("rank")
+    rank = m.group("rank") or m.group("wrank") or ""
     return {"rank": int(rank) if rank.isdigit() else None, "heartbeat": m.group("which"),
             "waited_s": float(m.group("waited"))}
 

@@ -23,6 +23,20 @@ def test_hang_report_parses_the_rank_monitor_line() -> None:
     assert hang_report("[..] [WARNING] [RankMonServer1@h:0] FT timeout elapsed.") is None
 
 
+# Verbatim from an NVRx 0.6.0 rank monitor on the Slurm 24.11 sandbox (make test-slurm24).
+LINE_06 = ("2026-12-01 01:51:02,705 [WARNING] [vm] [workload:?(0) infra:0(0)] "
+           "rank_monitor_server.py:497 [Cycle 1] Did not get subsequent heartbeat. "
+           "Waited 8.00 seconds.")
+
+
+def test_hang_report_parses_the_nvrx_0_6_line() -> None:
+    assert hang_report(LINE_06) == {"rank": None, "heartbeat": "subsequent", "waited_s": 8.0}
+    ranked = LINE_06.replace("workload:?(0)", "workload:3(1)").replace("subsequent", "initial")
+    assert hang_report(ranked) == {"rank": 3, "heartbeat": "initial", "waited_s": 8.0}
+    other = LINE_06.replace("rank_monitor_server.py:497", "launcher.py:561")
+    assert hang_report(other) is None
+
+
 CHILD = """
 import sys, time
 print("hello from stdout", flush=True)
