@@ -7,8 +7,17 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher.node import hang_report
+from resilient_slurm.launcher.observe import parse_line
+
+
+def hang_report(line: str) -> dict[str, object] | None:
+    """What the node shim's relay records for ``line`` when it is a hang report."""
+    seen = parse_line(line)
+    return seen[1] if seen is not None and seen[0] == "hang_detected" else None
+
 
 # Verbatim from an NVRx 0.4.1 rank monitor on the sandbox.
 LINE = ("[2026-11-29 17:20:01,123] [WARNING] [RankMonServer4242@host-a:1] Did not get "
@@ -45,17 +54,18 @@ sys.exit(3)
 """
 
 
-def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path) -> None:
+@pytest.mark.parametrize(("line", "rank"), [(LINE, 1), (LINE_06, None)], ids=["nvrx0.4", "nvrx0.6"])
+def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path, line, rank) -> None:
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RESILIENT_EVENTS_FILE": str(events), "SLURMD_NODENAME": "node7"}
     argv = [sys.executable, "-m", "resilient_slurm.launcher.node",
-            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, LINE]
+            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, line]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
     assert "hello from stdout" in proc.stdout
-    assert LINE in proc.stderr and "plain stderr line" in proc.stderr
+    assert line in proc.stderr and "plain stderr line" in proc.stderr
     record = json.loads((tmp_path / "rec" / "node7.json").read_text())
     assert record["rc"] == 3 and record["node"] == "node7"
     (ev,) = read_events(str(events))
-    assert (ev["kind"], ev["source"], ev["node"], ev["rank"], ev["waited_s"]) == (
-        "hang_detected", "node", "node7", 1, 8.0)
+    assert (ev["kind"], ev["source"], ev["node"], ev.get("rank"), ev["waited_s"]) == (
+        "hang_detected", "node", "node7", rank, 8.0)
