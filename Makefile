@@ -3,13 +3,18 @@ SHELL := /bin/bash
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test test-slurm24 lint demo bench clean
 
 setup:
 	@scripts/setup.sh
 
 test: setup
 	RESILIENT_REQUIRE_SLURM=1 $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The Slurm-facing tests again on Slurm 24.11 + nvidia-resiliency-ext 0.6 in a cached Debian 13
+# root (docs/slurm-versions.md); needs root, debootstrap (installed if missing) and Python 3.11.
+test-slurm24:
+	scripts/slurm24/stage.sh $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
