@@ -16,7 +16,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOC_FILES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
                     *(ROOT / "healthcheck").rglob("*.md"), *(ROOT / "training").rglob("*.md")])
 
