@@ -19,6 +19,7 @@ other layers add ``[hooks]`` or ``[launcher]`` by declaring a dataclass.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import types
@@ -130,11 +131,13 @@ class HealthConfig:
     ecc_aggregate_uncorrected_warn: int = 0
     retired_pages_max: int = 60
     xid_repeat_fail: int = 3
+    xid_repeat_window_s: float = 86400.0
     boot_noise_window_s: float = 600.0
     gpu_memory_used_max_mib: int = 1024
     storage_paths: list[str] = field(default_factory=list)
     storage_require_mount: bool = True
     profile: str = ""
+    allow_unmatched_profile: bool = False
     profile_patterns: dict[str, str] = field(default_factory=dict)
     profiles: dict[str, ProfileSpec] = field(default_factory=dict)
     checks: dict[str, CheckSwitch] = field(default_factory=dict)
@@ -142,17 +145,39 @@ class HealthConfig:
     boot_noise: dict[str, list[int]] = field(default_factory=dict)
 
     def validate(self) -> None:
+        check_finite(self, "health")
         if self.watchdog_s <= 0:
             raise ConfigError("health.watchdog_s", "must be > 0")
         for name in ("nvml_timeout_s", "tool_timeout_s", "dcgm_diag_timeout_s",
-                     "kernel_log_timeout_s", "storage_timeout_s"):
+                     "kernel_log_timeout_s", "storage_timeout_s", "xid_repeat_window_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"health.{name}", "must be > 0")
+        for name in ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_warn",
+                     "retired_pages_max", "gpu_memory_used_max_mib", "boot_noise_window_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"health.{name}", "must be >= 0")
+        if self.xid_repeat_fail < 1:
+            raise ConfigError("health.xid_repeat_fail", "must be >= 1")
+        if not 0 < self.temperature_warn_c <= self.temperature_fail_c <= 150:
+            raise ConfigError("health.temperature_fail_c", "need 0 < temperature_warn_c <= "
+                              "temperature_fail_c <= 150")
         if self.kernel_log not in ("auto", "kmsg", "journal"):
             raise ConfigError("health.kernel_log", "must be one of auto, kmsg, journal")
         if self.dcgm_diag_level not in (1, 2, 3, 4):
             raise ConfigError("health.dcgm_diag_level", "must be 1, 2, 3 or 4")
         actions = {"ignore", "restart_app", "reset_gpu", "reboot", "drain"}
+        gens = GPU_GENERATIONS
+        for where, table in (("xid_overrides", self.xid_overrides),
+                             ("boot_noise", self.boot_noise)):
+            for gen in table:
+                if gen not in gens:
+                    raise ConfigError(f"health.{where}.{gen}", f"unknown GPU generation "
+                                      f"{gen!r} (known: {', '.join(gens)})")
+        for name, spec in self.profiles.items():
+            if spec.gpu_generation and spec.gpu_generation not in gens:
+                raise ConfigError(f"health.profiles.{name}.gpu_generation", "unknown GPU "
+                                  f"generation {spec.gpu_generation!r} (known: {', '.join(gens)})")
+            check_finite(spec, f"health.profiles.{name}")
         for gen, table in self.xid_overrides.items():
             for xid, action in table.items():
                 if not xid.isdigit():
@@ -160,6 +185,21 @@ class HealthConfig:
                 if action not in actions:
                     raise ConfigError(f"health.xid_overrides.{gen}.{xid}",
                                       f"action must be one of {', '.join(sorted(actions))}")
+
+
+# GPU generations with a shipped Xid policy (healthcheck/policy/<generation>.toml).
+GPU_GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
+
+
+def check_finite(obj: Any, section: str) -> None:
+    """Every float field of ``obj`` is a finite number (NaN and inf make checks meaningless)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{section}.{f.name}", f"must be a finite number, got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                f.name.endswith(("_s", "_c", "_gbps")) and value < 0:
+            raise ConfigError(f"{section}.{f.name}", f"must be >= 0, got {value}")
 
 
 # --------------------------------------------------------------------------- loading
@@ -278,6 +318,9 @@ def _read_file(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"config file {path}: not UTF-8 text (byte {exc.start}: "
+                          f"{exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"config file {path}: invalid TOML: {exc}") from None
     except OSError as exc:

@@ -20,24 +20,43 @@ from resilient_slurm.hooks.entry import check, guarded, job_file
 def epilog_main(argv: Sequence[str] | None = None) -> int:
     """Slurm ``Epilog=``: what happened during the job (new Xids, leftovers); drain if bad."""
 
-    def body(config: Config, ctx: HookContext, events) -> int:  # type: ignore[no-untyped-def]
+    def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
         hk = runner.hooks_cfg(config)
         path = job_file(config, ctx)
-        saved = fsutil.read_json(path, default=None) if path else None
+        saved = None
+        if path is not None:
+            try:
+                fsutil.private_dir(os.path.dirname(path))  # never through a planted symlink
+            except OSError as exc:
+                runner.warn("epilog", "job files", exc)
+                path = None  # neither trusted nor removed
+        try:
+            saved = fsutil.read_json(path, default=None, nofollow=True) if path else None
+        except (OSError, ValueError) as exc:
+            runner.warn("epilog", f"job file {path} unreadable (reading this boot's log)", exc)
         since = saved.get("kernel_position") if isinstance(saved, dict) else None
-        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since)
+        if not isinstance(since, dict):
+            since = None
+        # The job's GPUs only (a shared node's other jobs own the rest); node-wide without
+        # SLURM_JOB_GPUS.
+        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since,
+                       gpu_indices=ctx.gpus)
         if hk.epilog_diag_on_failure and ctx.exit_code not in (None, 0):
-            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level)
-            deep = check(deep_cfg, ctx, "epilog", hk.epilog_budget_s, only=["dcgm_diag"])
+            budget = hk.diag_budget_s()
+            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level,
+                                          dcgm_diag_timeout_s=budget,
+                                          watchdog_s=budget + 1.0)
+            deep = check(deep_cfg, ctx, "epilog", budget + 1.0, only=["dcgm_diag"])
             report.results.extend(deep.results)
-        events.emit("verdict", **runner.verdict_fields(report), job_exit_code=ctx.exit_code)
-        runner.write_metrics(config, report)
-        status = runner.act(config, ctx, report, events, may_resume=False)
+        runner.record(config, ctx, "epilog", report, events, job_exit_code=ctx.exit_code)
+        status = runner.act(config, ctx, report, events, may_resume=False, source="epilog")
         if path is not None:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                runner.warn("epilog", f"job file {path}", exc)
         return status
 
     return guarded("epilog", argv, epilog_main.__doc__ or "", body)

@@ -15,6 +15,7 @@ from resilient_slurm.config import HealthConfig, ProfileSpec
 
 from .gpu import GpuInfo, GpuSnapshot
 from .model import FAIL, OK, UNKNOWN, WARN, Result
+from .registry import EPILOG, EVERY_SET, PERIODIC, PROLOG, declare
 
 # Clock-event reason bits (nvmlClocksEventReasons).
 CLOCK_IDLE = 0x1
@@ -97,6 +98,7 @@ def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: st
                   action=action, device=dev)
 
 
+@declare("gpu_count", "nvml", EVERY_SET, fields=(), context="gpu")
 def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     """NVML answers and sees the profile's GPU count (node-wide, even in a scoped prolog:
     a vanished GPU shifts the indices jobs are given)."""
@@ -123,11 +125,16 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                           f"(driver {snap.driver})", f"count={have}")]
 
 
+@declare("ecc", "nvml", EVERY_SET, fields=("ecc",), context="gpu")
 def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     cfg = ctx.cfg
 
     def judge(gpu: GpuInfo, value: tuple[int, int]) -> Result | None:
         vol, agg = value
+        if vol < 0 or agg < 0:
+            return _r("ecc", UNKNOWN, "ECC_IMPLAUSIBLE", gpu, f"impossible ECC counts "
+                      f"({vol}, {agg}): the tool's answer cannot be trusted",
+                      f"volatile={vol} aggregate={agg}")
         if vol > cfg.ecc_volatile_uncorrected_max:
             return _r("ecc", FAIL, "ECC_DBE", gpu, f"{vol} uncorrectable ECC errors since the "
                       "last reset", f"volatile={vol} aggregate={agg}", action="reset_gpu")
@@ -140,6 +147,7 @@ def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=Result("ecc", WARN, "ECC_DISABLED", "ECC not enabled"))
 
 
+@declare("row_remap", "nvml", EVERY_SET, fields=("remapped_rows",), context="gpu")
 def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, value: tuple[int, int, bool, bool]) -> Result | None:
         corr, unc, pending, failure = value
@@ -155,6 +163,7 @@ def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("row_remap", snap, "remapped_rows", judge, "no failed or pending row remaps")
 
 
+@declare("retired_pages", "nvml", (PERIODIC,), fields=("retired_pages",), context="gpu")
 def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     limit = ctx.cfg.retired_pages_max
 
@@ -172,6 +181,7 @@ def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    "no pending page retirement (not applicable where row remapping is used)")
 
 
+@declare("clocks", "nvml", (PERIODIC,), fields=("clock_reasons",), context="gpu")
 def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, bits: int) -> Result | None:
         names = [n for b, n in ((CLOCK_HW_SLOWDOWN, "HW slowdown"),
@@ -188,10 +198,15 @@ def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("clocks", snap, "clock_reasons", judge, "no hardware clock slowdown")
 
 
+@declare("temperature", "nvml", (PERIODIC,), fields=("temperature",), context="gpu")
 def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     cfg = ctx.cfg
 
     def judge(gpu: GpuInfo, temp: int) -> Result | None:
+        if not isinstance(temp, (int, float)) or temp != temp or not -40 < temp < 200:
+            return _r("temperature", UNKNOWN, "TEMP_IMPLAUSIBLE", gpu, f"impossible "
+                      f"temperature {temp} C: the tool's answer cannot be trusted",
+                      f"temp={temp}")
         if temp >= cfg.temperature_fail_c:
             return _r("temperature", FAIL, "GPU_TEMP", gpu, f"{temp} C (limit "
                       f"{cfg.temperature_fail_c:g} C)", f"temp={temp}C", action="drain")
@@ -203,6 +218,7 @@ def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("temperature", snap, "temperature", judge, "temperatures within limits")
 
 
+@declare("nvlink", "nvml", (PROLOG, PERIODIC), fields=("nvlink",), context="gpu")
 def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     want = ctx.profile.nvlinks_per_gpu
 
@@ -219,6 +235,7 @@ def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=ns if want else None)
 
 
+@declare("pcie", "nvml", (PERIODIC,), fields=("pcie", "clock_reasons"), context="gpu")
 def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     p = ctx.profile
 
@@ -240,6 +257,7 @@ def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width")
 
 
+@declare("fabric", "nvml", (PROLOG, PERIODIC), fields=("fabric",), context="gpu")
 def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     if not ctx.profile.nvswitch:
         return [Result("fabric", OK, "SKIPPED", "profile has no NVSwitch fabric")]
@@ -255,6 +273,7 @@ def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=ns)
 
 
+@declare("recovery_action", "nvml", EVERY_SET, fields=("recovery_action",), context="gpu")
 def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, value: int) -> Result | None:
         action, text = RECOVERY.get(value, ("drain", f"unknown recovery action {value}"))
@@ -267,6 +286,7 @@ def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]
                    "driver requests no recovery action (or has no such field)")
 
 
+@declare("gpu_procs", "nvml", (EPILOG,), fields=("processes",), context="gpu")
 def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, pids: list[int]) -> Result | None:
         if pids:
@@ -278,6 +298,7 @@ def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     return per_gpu("gpu_procs", snap, "processes", judge, "no processes left on the GPUs")
 
 
+@declare("gpu_memory", "nvml", (EPILOG,), fields=("memory",), context="gpu")
 def evaluate_gpu_memory(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     limit = ctx.cfg.gpu_memory_used_max_mib
 

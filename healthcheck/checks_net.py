@@ -8,6 +8,7 @@ from __future__ import annotations
 from resilient_slurm.config import ProfileSpec
 
 from .model import FAIL, OK, UNKNOWN, Result
+from .registry import PERIODIC, PROLOG, declare
 from .sysfs import Port, RdmaInventory
 
 
@@ -28,6 +29,7 @@ def _port_findings(check: str, ports: list[Port], min_rate: float, prefix: str) 
     return out
 
 
+@declare("efa", "rdma", (PROLOG, PERIODIC), context="profile")
 def evaluate_efa(inv: RdmaInventory, profile: ProfileSpec) -> list[Result]:
     check = "efa"
     if inv.error:
@@ -47,6 +49,7 @@ def evaluate_efa(inv: RdmaInventory, profile: ProfileSpec) -> list[Result]:
                    f"efa={have}")]
 
 
+@declare("infiniband", "rdma", (PROLOG, PERIODIC), context="profile")
 def evaluate_infiniband(inv: RdmaInventory, profile: ProfileSpec) -> list[Result]:
     check = "infiniband"
     if inv.error:

@@ -90,7 +90,7 @@ def no_subcommand(ctx: click.Context) -> None:
     Config from ``$RESILIENT_SLURM_CONFIG`` or ``/etc/resilient-slurm/config.toml``; node from
     ``SLURMD_NODENAME``. Exit status as documented for the hooks (0/1/3, 2 config, 4 hook).
     """
-    from resilient_slurm.hooks.entry import health_main
+    from .hook import health_main
 
     ctx.exit(health_main([]))
 

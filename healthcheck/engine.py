@@ -11,6 +11,7 @@ Check sets: ``prolog`` (fast, scoped to ``gpu_indices``), ``periodic`` (HealthCh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -23,36 +24,32 @@ from resilient_slurm.config import Config, ConfigError
 
 from . import checks_gpu as cg
 from . import checks_log as cl
-from . import checks_net as cn
+from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
 from . import tools
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
-from .kernlog import KernelLogSource, LogRead, PositionStore, norm_pci, real_source, safe_read
+from .kernlog import (
+    JournalSource,
+    KernelLogSource,
+    LogRead,
+    PositionStore,
+    norm_pci,
+    real_source,
+    safe_read,
+)
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
 from .profiles import Selection, select_profile
+from .registry import REGISTRY, SET_NAMES, RunContext
 from .simulate import Scenario, default_node, resolve_scenario
 from .sysfs import nvidia_pci_devices, read_rdma
+from .xid_history import AppXidHistory
 
-# check -> (gatherer, NVML fields it needs)
+# Derived from the declarations beside each evaluator (registry.declare): check -> (gatherer,
+# NVML fields it needs), and the checks of each set in declaration order.
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gpu_count": ("nvml", ()), "ecc": ("nvml", ("ecc",)),
-    "row_remap": ("nvml", ("remapped_rows",)), "retired_pages": ("nvml", ("retired_pages",)),
-    "clocks": ("nvml", ("clock_reasons",)), "temperature": ("nvml", ("temperature",)),
-    "nvlink": ("nvml", ("nvlink",)), "pcie": ("nvml", ("pcie", "clock_reasons")),
-    "fabric": ("nvml", ("fabric",)), "recovery_action": ("nvml", ("recovery_action",)),
-    "gpu_procs": ("nvml", ("processes",)), "gpu_memory": ("nvml", ("memory",)),
-    "xid": ("kernlog", ()), "sxid": ("kernlog", ()), "efa_driver": ("kernlog", ()),
-    "efa": ("rdma", ()), "infiniband": ("rdma", ()), "fi_info": ("fi_info", ()),
-    "dcgm_diag": ("dcgm_diag", ()), "dcgm_health": ("dcgm_health", ()),
-    "storage": ("storage", ()),
-}
-_CORE = ["gpu_count", "ecc", "row_remap", "recovery_action", "xid", "sxid", "efa_driver"]
+    d.name: (d.source, d.fields) for d in REGISTRY.values()}
 CHECK_SETS: dict[str, list[str]] = {
-    "prolog": _CORE + ["fabric", "nvlink", "efa", "infiniband", "storage", "dcgm_diag"],
-    "periodic": _CORE + ["retired_pages", "clocks", "temperature", "nvlink", "pcie", "fabric",
-                         "efa", "infiniband", "fi_info", "dcgm_health", "storage"],
-    "epilog": _CORE + ["gpu_procs", "gpu_memory"],
-}
+    s: [d.name for d in REGISTRY.values() if s in d.sets] for s in SET_NAMES}
 WATCHDOG_MARGIN_S = 0.3  # evaluation and output after the deadline
 TOOL_MARGIN_S = 0.25  # a tool's kill lands this long before the gather deadline
 
@@ -67,6 +64,7 @@ class Seams:
     tool_path: str
     state_dir: str | None
     scenario: Scenario | None = None
+    klog_gap: KernelLogSource | None = None  # where lines lost to a ring wrap are read back
 
 
 @dataclass
@@ -80,8 +78,10 @@ def _seams(config: Config, scenario: Scenario | None) -> Seams:
     if scenario is None:
         from .nvml import NvmlBackend
 
-        return Seams(NvmlBackend(), real_source(config), cfg.sysfs_root, cfg.tool_path,
-                     cfg.state_dir)
+        klog = real_source(config)
+        gap = JournalSource(cfg.tool_path) if klog.name == "kmsg" else None
+        return Seams(NvmlBackend(), klog, cfg.sysfs_root, cfg.tool_path, cfg.state_dir,
+                     klog_gap=gap)
     sysfs_root, bindir = scenario.materialize()
     return Seams(scenario.gpu_backend(), scenario.kernel_log_source(), sysfs_root,
                  f"{bindir}:/usr/bin:/bin", scenario.state_dir, scenario)
@@ -143,7 +143,7 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
                            for n in enabled]
     else:
         _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
-    report.results.insert(0, sel.result(node))
+    report.results.insert(0, sel.result(node, cfg.allow_unmatched_profile))
     report.duration_s = time.monotonic() - start
     return report
 
@@ -167,7 +167,8 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
     table: dict[str, Callable[[], Any]] = {
         "nvml": lambda: gather_gpus(seams.gpu, left(cfg.nvml_timeout_s), indices=gpu_indices,
                                     fields=fields),
-        "kernlog": lambda: safe_read(seams.klog, after, left(cfg.kernel_log_timeout_s)),
+        "kernlog": lambda: safe_read(seams.klog, after, left(cfg.kernel_log_timeout_s),
+                                     seams.klog_gap),
         "rdma": lambda: read_rdma(seams.sysfs_root),
         "fi_info": lambda: _tool(["fi_info", "-p", "efa"], left(cfg.tool_timeout_s), seams),
         "dcgm_diag": lambda: _tool(["dcgmi", "diag", "-r", str(level), "-j"],
@@ -191,45 +192,33 @@ def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report:
          deadline: float, gpu_indices: list[int] | None,
          since_position: dict[str, Any] | None) -> None:
     uses_log = any(CHECKS[n][0] == "kernlog" for n in names)
-    store: PositionStore | None = None
-    lock_cm: Any = None
-    may_save = True
-    after = since_position
-    if uses_log and since_position is None:
-        store = PositionStore(seams.state_dir)
-        if store.path:
-            try:
-                wait = max(0.1, min(5.0, 0.25 * (deadline - time.monotonic())))
-                lock_cm = fsutil.locked(store.path + ".lock", timeout=wait)
-                lock_cm.__enter__()
-            except (OSError, TimeoutError) as exc:
-                # Read from the saved position (written atomically) but do not move it: a
-                # line may be reported twice, never skipped.
-                lock_cm, may_save = None, False
-                report.results.append(Result("xid", WARN, "STATE_UNAVAILABLE", "kernel-log "
-                                             f"position read but not advanced ({exc})",
-                                             str(store.path)))
-            try:
-                after = store.load(seams.klog.boot_id())
-            except (OSError, ValueError):
-                after = None
+    store = PositionStore(seams.state_dir) if uses_log and since_position is None else None
+    after, history = since_position, AppXidHistory(seams.state_dir if store else None)
+    if store is not None and store.path:
+        try:  # written atomically: read without the lock (held only to save, below)
+            after = store.load(seams.klog.boot_id())
+        except (OSError, ValueError):
+            after = None
+    gathered = _gather(_gatherers(config, seams, sel, names, gpu_indices, after, deadline),
+                       deadline, report)
+    report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices, history)
+    read = gathered.values.get("kernlog")
+    if not isinstance(read, LogRead) or read.error:
+        return
+    report.kernel_position = read.position  # where the log stood after this run (boot id too)
+    if store is None or not store.path:
+        return
+    wait = max(0.1, min(5.0, 0.25 * (deadline - time.monotonic())))
     try:
-        gathered = _gather(_gatherers(config, seams, sel, names, gpu_indices, after, deadline),
-                           deadline, report)
-        report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices)
-        read = gathered.values.get("kernlog")
-        if isinstance(read, LogRead) and not read.error:
-            # Where the log stood after this run (its boot id too), whether or not it is saved.
-            report.kernel_position = read.position
-        if store is not None and may_save and isinstance(read, LogRead) and not read.error:
-            try:
-                store.save(read.position)
-            except OSError as exc:
-                report.results.append(Result("xid", WARN, "STATE_UNAVAILABLE", "could not "
-                                             f"save the kernel-log position: {exc}", ""))
-    finally:
-        if lock_cm is not None:
-            lock_cm.__exit__(None, None, None)
+        with contextlib.ExitStack() as stack:
+            fsutil.private_dir(os.path.dirname(store.path))  # never through a planted symlink
+            stack.enter_context(fsutil.locked(store.path + ".lock", timeout=wait))
+            store.save(read.position)
+            history.save()
+    except (OSError, TimeoutError) as exc:
+        # Not advanced: a line may be reported twice, never skipped.
+        report.results.append(Result("xid", WARN, "STATE_UNAVAILABLE", "could not save the "
+                                     f"kernel-log position: {exc}", str(store.path)))
 
 
 def _gather(table: dict[str, Callable[[], Any]], deadline: float, report: Report) -> _Gathered:
@@ -281,7 +270,8 @@ def _pci_map(snap: Any, sel: Selection,
 
 
 def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
-              gathered: _Gathered, gpu_indices: list[int] | None) -> list[Result]:
+              gathered: _Gathered, gpu_indices: list[int] | None,
+              history: AppXidHistory | None = None) -> list[Result]:
     cfg, prof = config.health, sel.spec
     gctx = cg.GpuContext(cfg, prof)
     policies: dict[str, Any] = {}
@@ -293,31 +283,9 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
 
     pci, default_gen = _pci_map(gathered.values.get("nvml"), sel, seams.sysfs_root)
     lctx = cl.LogContext(cfg, policy_for, pci, default_gen)
-    evaluators: dict[str, Callable[[Any], list[Result]]] = {
-        "gpu_count": lambda s: cg.evaluate_gpu_count(s, gctx),
-        "ecc": lambda s: cg.evaluate_ecc(s, gctx),
-        "row_remap": lambda s: cg.evaluate_row_remap(s, gctx),
-        "retired_pages": lambda s: cg.evaluate_retired_pages(s, gctx),
-        "clocks": lambda s: cg.evaluate_clocks(s, gctx),
-        "temperature": lambda s: cg.evaluate_temperature(s, gctx),
-        "nvlink": lambda s: cg.evaluate_nvlink(s, gctx),
-        "pcie": lambda s: cg.evaluate_pcie(s, gctx),
-        "fabric": lambda s: cg.evaluate_fabric(s, gctx),
-        "recovery_action": lambda s: cg.evaluate_recovery_action(s, gctx),
-        "gpu_procs": lambda s: cg.evaluate_gpu_procs(s, gctx),
-        "gpu_memory": lambda s: cg.evaluate_gpu_memory(s, gctx),
-        "xid": lambda r: cl.evaluate_xid(r, lctx),
-        "sxid": lambda r: cl.evaluate_sxid(r, lctx),
-        "efa_driver": lambda r: cl.evaluate_efa_driver(r, lctx),
-        "efa": lambda inv: cn.evaluate_efa(inv, prof),
-        "infiniband": lambda inv: cn.evaluate_infiniband(inv, prof),
-        "fi_info": lambda o: tools.evaluate_fi_info(o, prof.require_fi_info or prof.efa > 0),
-        "dcgm_diag": lambda o: tools.evaluate_dcgm_diag(o, cfg.dcgm_diag_level,
-                                                        prof.require_dcgm),
-        "dcgm_health": lambda o: tools.evaluate_dcgm_health(o[0], prof.require_dcgm, o[1]),
-        "storage": lambda outs: [r for p, o in outs for r in tools.evaluate_storage(p, o)]
-        or [Result("storage", OK, "SKIPPED", "no storage paths configured")],
-    }
+    if history is not None:
+        lctx.app_history = history.recent(cfg.xid_repeat_window_s)
+    contexts = {"gpu": gctx, "log": lctx, "profile": prof, "run": RunContext(cfg, prof)}
     results: list[Result] = []
     for name in names:
         source = CHECKS[name][0]
@@ -330,7 +298,8 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
             try:
                 if isinstance(value, Exception):
                     raise value
-                found = evaluators[name](value)
+                decl = REGISTRY[name]
+                found = decl.evaluate(value, contexts[decl.context])
             except Exception as exc:  # noqa: BLE001 - a check that crashes fails closed
                 found = [Result(name, UNKNOWN, "CHECK_ERROR", f"{name} could not evaluate: "
                                 f"{type(exc).__name__}: {exc}"[:300], source)]
@@ -338,6 +307,8 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
         for r in found:
             r.duration_s = spent
         results.extend(found)
+    if history is not None:
+        history.add(lctx.app_seen)
     return results
 
 

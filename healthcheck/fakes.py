@@ -193,6 +193,8 @@ def _script(bindir: str, name: str, spec: dict[str, Any],
     if behavior == "missing":
         return
     body = ["#!/bin/sh"]
+    if spec.get("delay_s"):  # a slow but healthy tool
+        body.append(f"sleep {float(spec['delay_s']):g}")
     if behavior == "hang":
         body += ["sleep 3600", "exit 0"]
     elif behavior == "garbage":

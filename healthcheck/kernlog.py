@@ -24,13 +24,19 @@ from typing import Any, Protocol
 from resilient_slurm import fsutil, proc
 from resilient_slurm.config import Config
 
+from .policy import efa_rules
+
 _TS = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s*")
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), ?(.*)")
 _SXID = re.compile(r"nvidia-nvswitch(\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), ?(.*)")
 _PID_NAME = re.compile(r"^pid=[^,]*,\s*name=[^,]*,\s*")
-_EFA_FATAL = re.compile(
-    r"\befa\b.*(failed to get admin completion|admin queue (?:is )?(?:not|closed|stopped)|"
-    r"reset (?:device )?failed|failed to reset)", re.IGNORECASE)
+# A fatal EFA line: one of these phrases after the word "efa". Two linear searches, not one
+# pattern with ``.*`` between them (that backtracks quadratically on a line full of "efa").
+_EFA_WORD = re.compile(r"\befa\b", re.IGNORECASE)
+_EFA_FATAL_PHRASE = re.compile("|".join(re.escape(r.phrase) for r in efa_rules()),
+                               re.IGNORECASE)
+MAX_LINE_CHARS = 4096  # longer log lines are cut before parsing (bounded time per line)
+MAX_EVENTS = 10_000  # per read; more is a flood (reported, never silently dropped)
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,30 @@ class LogRead:
     position: dict[str, Any] | None = None
     gap: bool = False
     error: str = ""
+    gap_filled: str = ""  # where the lines lost to a wrap were recovered from ("journal")
+    flood: int = 0  # events beyond MAX_EVENTS that were not kept
+    _events: list[LogEvent] | None = field(default=None, repr=False)
 
     @property
     def events(self) -> list[LogEvent]:
-        return [e for e in (parse_line(r.text, r.ts) for r in self.records) if e is not None]
+        """Parsed events (computed once; :func:`safe_read` does it inside the watchdog)."""
+        if self._events is None:
+            found: list[LogEvent] = []
+            for r in self.records:
+                ev = parse_line(r.text, r.ts)
+                if ev is None:
+                    continue
+                if len(found) >= MAX_EVENTS:
+                    self.flood += 1
+                    continue
+                found.append(ev)
+            self._events = found
+        return self._events
 
 
 def parse_line(text: str, ts: float | None = None) -> LogEvent | None:
-    """An Xid / SXid / fatal EFA event from one log line, or None."""
+    """An Xid / SXid / fatal EFA event from one log line, or None (linear in the line)."""
+    text = text[:MAX_LINE_CHARS]
     m = _TS.match(text)
     if m:
         ts = float(m.group(1)) if ts is None else ts
@@ -78,10 +100,16 @@ def parse_line(text: str, ts: float | None = None) -> LogEvent | None:
         return LogEvent("xid", int(x.group(2)), norm_pci(x.group(1)), detail, ts)
     if (s := _SXID.search(text)) is not None:
         rest = s.group(4).strip()
+        low = rest.lower()
+        if low.startswith(("severity", "data {", "data{")):
+            # The follow-up lines of an SXid report ("Severity 0 Engine instance ...",
+            # "Data {...}"): the header line before them says whether it is fatal.
+            return LogEvent("sxid_detail", int(s.group(3)), norm_pci(s.group(2)), rest, ts,
+                            fatal=False)
         return LogEvent("sxid", int(s.group(3)), norm_pci(s.group(2)), rest, ts,
-                        fatal=not rest.lower().startswith("non-fatal"))
-    if _EFA_FATAL.search(text):
-        return LogEvent("efa", None, "", text.strip(), ts)
+                        fatal=not low.startswith("non-fatal"))
+    if (w := _EFA_WORD.search(text)) is not None and _EFA_FATAL_PHRASE.search(text, w.end()):
+        return LogEvent("efa", None, "", text.strip()[:400], ts)
     if "NVRM: Xid" in text:  # an Xid we cannot read is not a line we may ignore
         return LogEvent("garbled_xid", None, "", text.strip()[:200], ts)
     if "SXid" in text and "nvswitch" in text:
@@ -138,7 +166,7 @@ class KmsgSource(_ThisBoot):
         out = LogRead(self.name, self.boot_id(), self.uptime_s())
         start = _after_seq(after, self.name, out.boot_id)
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        first, last = None, start - 1
+        first, last, last_usec = None, start - 1, None
         try:
             while True:
                 try:
@@ -156,7 +184,8 @@ class KmsgSource(_ThisBoot):
                 fields = head.split(",")
                 seq, usec = int(fields[1]), int(fields[2])
                 first = seq if first is None else first
-                last = max(last, seq)
+                if seq > last:
+                    last, last_usec = seq, usec
                 if seq >= start:
                     msg = body.split("\n", 1)[0]
                     out.records.append(LogRecord(seq, usec / 1e6, msg))
@@ -164,7 +193,10 @@ class KmsgSource(_ThisBoot):
             os.close(fd)
         if start and first is not None and first > start:
             out.gap = True  # the ring buffer wrapped past our position
-        out.position = {"source": self.name, "boot_id": out.boot_id, "seq": last + 1}
+        if last_usec is None and after and after.get("boot_id") == out.boot_id:
+            last_usec = after.get("usec")
+        out.position = {"source": self.name, "boot_id": out.boot_id, "seq": last + 1,
+                        "usec": last_usec}
         return out
 
 
@@ -241,13 +273,44 @@ class LinesSource:
         return out
 
 
-def safe_read(src: KernelLogSource, after: dict[str, Any] | None, timeout: float) -> LogRead:
-    """``src.read`` with every failure (permission, missing device) turned into ``error``."""
+def safe_read(src: KernelLogSource, after: dict[str, Any] | None, timeout: float,
+              gap_source: KernelLogSource | None = None) -> LogRead:
+    """``src.read`` with every failure (permission, missing device, bad bytes) turned into
+    ``error``, and the lines parsed here (inside the caller's watchdog thread). When the read
+    reports a gap (the ring wrapped past our position), the lost lines are read from
+    ``gap_source`` (the journal) where one is given; ``gap_filled`` says whether that worked.
+    """
     try:
-        return src.read(after, timeout)
+        read = src.read(after, timeout)
+        _ = read.events  # parse now, inside the watchdog
     except (OSError, ValueError, IndexError) as exc:
         msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return LogRead(getattr(src, "name", "?"), error=f"{src.name}: {msg}")
+    if read.gap and gap_source is not None:
+        fill_gap(read, after, gap_source, timeout)
+    return read
+
+
+def fill_gap(read: LogRead, after: dict[str, Any] | None, journal: KernelLogSource,
+             timeout: float) -> None:
+    """Add the lines lost to a kmsg wrap from the journal: those logged after our saved
+    position's time (``usec``) and before the first record kmsg still had."""
+    since = (after or {}).get("usec")
+    first = min((r.ts for r in read.records if r.ts is not None), default=None)
+    if not isinstance(since, (int, float)) or first is None:
+        return
+    try:
+        extra = journal.read(None, timeout)
+        lost = [r for r in extra.records
+                if r.ts is not None and since / 1e6 < r.ts < first]
+    except (OSError, ValueError, IndexError):
+        return
+    if extra.error:
+        return
+    read.records[:0] = lost
+    read._events = None
+    _ = read.events
+    read.gap_filled = journal.name
 
 
 def real_source(config: Config) -> KernelLogSource:

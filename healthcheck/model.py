@@ -36,6 +36,9 @@ class Result:
     ``code``: short, upper-case, fits a Slurm drain reason (``XID79``, ``ECC_DBE``).
     ``evidence``: starts with the device when there is one (``gpu3 ...``, ``rdmap16s27:1 ...``);
     ``device`` holds that name alone. ``action``: from the Xid policy where applicable.
+    ``hold``: kernel-log evidence seen once (a mapped Xid or fatal SXid whose action is drain,
+    reset or reboot): the drain it causes holds until reboot. State checks never hold: they
+    are evaluated again on every run.
     """
 
     check: str
@@ -46,6 +49,7 @@ class Result:
     duration_s: float = 0.0
     action: str | None = None
     device: str | None = None
+    hold: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in _RANK:
@@ -66,6 +70,8 @@ class Result:
             out["action"] = self.action
         if self.device is not None:
             out["device"] = self.device
+        if self.hold:
+            out["hold"] = True
         return out
 
     @property

@@ -1,9 +1,10 @@
 """Xid policy as data: per-generation maps from Xid to action, with boot-noise lists.
 
-Shipped maps live in ``healthcheck/policy/<generation>.toml`` (one entry per Xid, each with
-its catalog source); the site's ``[health.xid_overrides.<generation>]`` and
-``[health.boot_noise]`` change them. Fail closed: an Xid missing from the map, or any Xid on a
-GPU whose generation is unknown, gets action ``drain``.
+Shipped maps: one base table ``healthcheck/policy/base.toml`` (one entry per Xid, each with its
+catalog source) and per generation only the differences (``<generation>.toml``); the site's
+``[health.xid_overrides.<generation>]`` and ``[health.boot_noise]`` change them. Fail closed:
+an Xid missing from the map, or any Xid on a GPU whose generation is unknown, gets action
+``drain`` (without a hold: ``XidRule.mapped`` is False).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from resilient_slurm.config import HealthConfig, tomllib
 
 POLICY_DIR = os.path.join(os.path.dirname(__file__), "policy")
-GENERATIONS = ("ampere", "hopper", "blackwell")
+GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 
 # Actions by severity; the worst one in a set of Xids wins.
 ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboot": 4}
@@ -25,10 +26,11 @@ ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboo
 _NAME_HINTS = (
     (re.compile(r"\b(GB\d{3}|B\d{3}|RTX PRO 6000 Blackwell)\b"), "blackwell"),
     (re.compile(r"\b(GH\d{3}|H\d{3}|H800|H20)\b"), "hopper"),
+    (re.compile(r"\b(L4|L40S?|L20|RTX \d{4} Ada|RTX 6000 Ada)\b"), "ada"),
     (re.compile(r"\b(A\d{2,3}|A800)\b"), "ampere"),
 )
-# NVML architecture numbers (nvmlDeviceGetArchitecture): 7 Ampere, 9 Hopper, 10 Blackwell.
-_ARCH = {7: "ampere", 9: "hopper", 10: "blackwell"}
+# NVML architecture numbers (nvmlDeviceGetArchitecture): 7 Ampere, 8 Ada, 9 Hopper, 10 Blackwell.
+_ARCH = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell"}
 
 
 def generation_of(name: str | None, architecture: int | str | None = None) -> str:
@@ -48,6 +50,8 @@ class XidRule:
     action: str
     meaning: str
     source: str
+    mapped: bool = True  # False: not in the policy (fails closed, but never holds)
+    severity_in_text: bool = False  # the line says Fatal / Nonfatal after the code (NVLink5)
 
 
 @dataclass
@@ -59,25 +63,36 @@ class XidPolicy:
     def rule(self, xid: int) -> XidRule:
         """The rule for ``xid``; an unmapped Xid (or unknown generation) fails closed."""
         if not self.generation:
-            return XidRule("drain", "unknown", "unknown GPU generation: failing closed")
+            return XidRule("drain", "unknown", "unknown GPU generation: failing closed", False)
         found = self.rules.get(xid)
         if found is None:
             return XidRule("drain", "unknown",
-                           f"Xid {xid} not in the {self.generation} policy: failing closed")
+                           f"Xid {xid} not in the {self.generation} policy: failing closed",
+                           False)
         return found
 
 
-@functools.lru_cache(maxsize=8)
-def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
-    path = os.path.join(POLICY_DIR, f"{generation}.toml")
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+def _rules(path: str, data: dict) -> dict[int, XidRule]:  # type: ignore[type-arg]
     rules = {}
     for key, entry in data.get("xid", {}).items():
         action = entry["action"]
         if action not in ACTION_RANK:
             raise ValueError(f"{path}: Xid {key}: bad action {action!r}")
-        rules[int(key)] = XidRule(action, entry.get("meaning", ""), entry["source"])
+        rules[int(key)] = XidRule(action, entry.get("meaning", ""), entry["source"],
+                                  severity_in_text=bool(entry.get("severity_in_text", False)))
+    return rules
+
+
+@functools.lru_cache(maxsize=8)
+def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
+    """``base.toml`` with ``<generation>.toml``'s differences on top, and its boot noise."""
+    base_path = os.path.join(POLICY_DIR, "base.toml")
+    with open(base_path, "rb") as fh:
+        rules = _rules(base_path, tomllib.load(fh))
+    path = os.path.join(POLICY_DIR, f"{generation}.toml")
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    rules.update(_rules(path, data))
     noise = frozenset(int(c) for c in data.get("boot_noise", {}).get("codes", []))
     return rules, noise
 
@@ -113,6 +128,35 @@ def action_for_154(text: str) -> str | None:
         if needle in low:
             return action
     return None
+
+
+@dataclass(frozen=True)
+class EfaRule:
+    phrase: str
+    action: str
+    meaning: str
+    source: str
+
+
+@functools.lru_cache(maxsize=1)
+def efa_rules() -> tuple[EfaRule, ...]:
+    """Fatal EFA driver phrases and their actions (``policy/efa.toml``), longest first."""
+    path = os.path.join(POLICY_DIR, "efa.toml")
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    rules = []
+    for entry in data.get("line", []):
+        if entry["action"] not in ACTION_RANK:
+            raise ValueError(f"{path}: {entry['phrase']!r}: bad action {entry['action']!r}")
+        rules.append(EfaRule(entry["phrase"].lower(), entry["action"], entry.get("meaning", ""),
+                             entry["source"]))
+    return tuple(sorted(rules, key=lambda r: -len(r.phrase)))
+
+
+def efa_rule_for(text: str) -> EfaRule | None:
+    """The EFA rule whose phrase ``text`` holds (None: not a fatal EFA line)."""
+    low = text.lower()
+    return next((r for r in efa_rules() if r.phrase in low), None)
 
 
 def worst_action(actions: list[str]) -> str:

@@ -2,8 +2,9 @@
 
 Order: explicit name (``--profile`` / ``health.profile``), ``health.profile_patterns``, the
 ``match`` globs of site profiles, then of shipped ones (``profiles.toml``), then a simulated
-scenario's own ``profile``. No match: auto-detection, reported as a warning (expected counts
-unknown, so nothing is compared).
+scenario's own ``profile``. No match: ``unknown`` (the node is drained: nothing says what it should
+have), unless the admin set ``health.allow_unmatched_profile``, which makes it a warning and
+compares no counts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from resilient_slurm.config import (
     tomllib,
 )
 
-from .model import OK, WARN, Result
+from .model import OK, UNKNOWN, WARN, Result
 
 SHIPPED = os.path.join(os.path.dirname(__file__), "profiles.toml")
 
@@ -47,10 +48,15 @@ class Selection:
     spec: ProfileSpec
     how: str  # explicit | pattern | match | scenario | auto
 
-    def result(self, node: str) -> Result:
-        if self.how == "auto":
+    def result(self, node: str, allow_unmatched: bool = False) -> Result:
+        if self.how == "auto" and allow_unmatched:
             return Result("profile", WARN, "PROFILE_AUTO", f"no profile matches node '{node}': "
-                          "expected hardware unknown, counts not compared", f"node={node}")
+                          "expected hardware unknown, counts not compared (allowed by "
+                          "health.allow_unmatched_profile)", f"node={node}")
+        if self.how == "auto":
+            return Result("profile", UNKNOWN, "PROFILE_UNMATCHED", f"no profile matches node "
+                          f"'{node}': expected hardware unknown, so nothing vouches for it (add "
+                          "a profile or set health.allow_unmatched_profile)", f"node={node}")
         return Result("profile", OK, "OK", f"profile {self.name} ({self.how})",
                       f"node={node} profile={self.name}")
 

@@ -31,6 +31,7 @@ from resilient_slurm.config import Config, ConfigError, HealthConfig, build_data
 
 from .fakes import FakeNvml, write_gpu_pci, write_sysfs, write_tools
 from .kernlog import LinesSource
+from .klogfile import FileSource
 
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
 CLEAR = "healthy-p5"
@@ -65,13 +66,69 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_GPU_KEYS = {"name", "architecture", "pci", "lost", "ecc", "remapped_rows", "retired_pages",
+             "clock_reasons", "temperature", "nvlink", "pcie", "fabric", "recovery_action",
+             "processes", "memory"}
+# The keys a scenario may hold, per table (``None``: any table below it is checked as ``gpu``).
+SCHEMA: dict[str, Any] = {
+    "description": True, "base": True, "profile": True,
+    "nvml": {"behavior", "error", "driver", "count"},
+    "gpu": _GPU_KEYS, "gpus": None,
+    "kernel_log": {"boot_id", "uptime_s", "behavior", "lines", "append"},
+    "rdma": {"efa", "efa_rate", "efa_down", "port_unreadable", "ib", "ib_rate", "ib_down",
+             "unreadable"},
+    "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health", "delay_s"},
+              "fi_info": {"behavior", "exit_code", "provider", "delay_s"}},
+    "site": {"health": True},
+}
+
+
+def check_schema(data: dict[str, Any], path: str) -> None:
+    """Unknown keys in a scenario are an error naming the key (a typo must not pass)."""
+
+    def bad(key: str, known: Any) -> ConfigError:
+        return ConfigError("simulate", f"scenario {path}: unknown key '{key}' (known: "
+                           f"{', '.join(sorted(known))})")
+
+    for key, value in data.items():
+        if key not in SCHEMA:
+            raise bad(key, SCHEMA)
+        spec = SCHEMA[key]
+        if spec is True:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError("simulate", f"scenario {path}: '{key}' must be a table")
+        for sub, inner in value.items():
+            if spec is None:  # [gpus.<index>]
+                if not str(sub).isdigit() or not isinstance(inner, dict):
+                    raise ConfigError("simulate", f"scenario {path}: 'gpus.{sub}' must be a "
+                                      "table named by a GPU index")
+                extra = set(inner) - _GPU_KEYS
+                if extra:
+                    raise bad(f"gpus.{sub}.{sorted(extra)[0]}", _GPU_KEYS)
+            elif isinstance(spec, dict):
+                if sub not in spec:
+                    raise bad(f"{key}.{sub}", spec)
+                inner_spec = spec[sub]
+                if isinstance(inner_spec, set) and isinstance(inner, dict):
+                    extra = set(inner) - inner_spec
+                    if extra:
+                        raise bad(f"{key}.{sub}.{sorted(extra)[0]}", inner_spec)
+            elif sub not in spec:
+                raise bad(f"{key}.{sub}", spec)
+
+
 def load_scenario_data(path: str, _depth: int = 0) -> dict[str, Any]:
     """Parsed scenario with ``base`` resolved and ``kernel_log.append`` added to the lines."""
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
+    except UnicodeDecodeError as exc:
+        raise ConfigError("simulate", f"scenario {path}: not UTF-8 text (byte {exc.start}: "
+                          f"{exc.reason})") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError("simulate", f"scenario {path}: {exc}") from None
+    check_schema(data, path)
     base_name = data.pop("base", None)
     if base_name:
         if _depth > 4:
@@ -124,16 +181,14 @@ class Scenario:
         return FakeNvml(self.data.get("nvml", {}), self.data.get("gpu", {}),
                         self.data.get("gpus", {}))
 
-    def kernel_log_source(self) -> LinesSource:
+    def kernel_log_source(self) -> LinesSource | FileSource:
         kl = self.data.get("kernel_log", {})
-        uptime = kl.get("uptime_s")
-        if self.node_dir:
-            with open(os.path.join(self.node_dir, "kernel.log"), encoding="utf-8") as fh:
-                lines = fh.read().splitlines()
-        else:
-            lines = list(kl.get("lines", []))
-        return LinesSource(lines, self.boot_id, float(uptime) if uptime is not None else None,
-                           str(kl.get("behavior", "ok")))
+        uptime = float(kl["uptime_s"]) if kl.get("uptime_s") is not None else None
+        behavior = str(kl.get("behavior", "ok"))
+        if self.node_dir:  # read from a byte offset, whatever the file holds
+            return FileSource(os.path.join(self.node_dir, "kernel.log"), self.boot_id, uptime,
+                              behavior)
+        return LinesSource(list(kl.get("lines", [])), self.boot_id, uptime, behavior)
 
     def materialize(self) -> tuple[str, str]:
         """The sysfs tree and tool executables of this scenario: (sysfs_root, bin_dir).
@@ -217,11 +272,13 @@ def install_scenario(node_dir: str, scenario: str) -> str:
                                .get("boot_id", "sim-boot-0"))
             except ConfigError:
                 old_boot = None
-        lines = [str(x) for x in new.get("kernel_log", {}).get("lines", [])]
-        if old_boot == new_boot:
-            with open(log, encoding="utf-8") as fh:
-                lines = fh.read().splitlines() + lines
+        added = "".join(str(x) + "\n" for x in new.get("kernel_log", {}).get("lines", []))
         # Root-only, like dmesg with kernel.dmesg_restrict=1 (the scenario carries log lines).
-        fsutil.atomic_write(log, "".join(line + "\n" for line in lines), mode=0o600)
+        if old_boot == new_boot:  # append (bytes as they are: a log need not be UTF-8)
+            with open(log, "ab") as fh:
+                fh.write(added.encode())
+            os.chmod(log, 0o600)
+        else:
+            fsutil.atomic_write(log, added, mode=0o600)
         fsutil.atomic_write(target, text, mode=0o600)
     return target

@@ -17,6 +17,7 @@ from typing import Any
 from resilient_slurm.proc import MISSING, TIMEOUT, Outcome
 
 from .model import FAIL, OK, UNKNOWN, WARN, Result
+from .registry import PERIODIC, PROLOG, RunContext, declare
 
 # dcgmi diag exit codes (DCGM docs); anything else non-zero is a failure of the tool.
 DCGM_EXIT = {
@@ -93,6 +94,11 @@ def evaluate_dcgm_diag(out: Outcome, level: int, required: bool = True) -> list[
     return [Result(check, OK, "OK", f"dcgmi diag -r {level}: {len(tests)} tests passed")]
 
 
+@declare("dcgm_diag", "dcgm_diag", ())  # on demand only: no default set's budget fits it
+def check_dcgm_diag(out: Outcome, run: RunContext) -> list[Result]:
+    return evaluate_dcgm_diag(out, run.cfg.dcgm_diag_level, run.profile.require_dcgm)
+
+
 def _failed_tests(stdout: str) -> str:
     try:
         return ", ".join(n for n, s in _walk_tests(json.loads(stdout)) if s.startswith("fail"))
@@ -156,6 +162,11 @@ def evaluate_dcgm_health(out: Outcome, required: bool = True,
     return [Result(check, FAIL, "DCGM_HEALTH_FAIL", f"dcgmi health: {overall}", out.stdout[:300])]
 
 
+@declare("dcgm_health", "dcgm_health", (PERIODIC,))
+def check_dcgm_health(outs: tuple[Outcome, Outcome | None], run: RunContext) -> list[Result]:
+    return evaluate_dcgm_health(outs[0], run.profile.require_dcgm, outs[1])
+
+
 def evaluate_fi_info(out: Outcome, required: bool) -> list[Result]:
     check = "fi_info"
     early = tool_failure(check, "FI_INFO", out, required)
@@ -186,6 +197,11 @@ PROBE_CODE = (
 )
 
 
+@declare("fi_info", "fi_info", (PERIODIC,))
+def check_fi_info(out: Outcome, run: RunContext) -> list[Result]:
+    return evaluate_fi_info(out, run.profile.require_fi_info or run.profile.efa > 0)
+
+
 def storage_argv(path: str, require_mount: bool) -> list[str]:
     """The probe: exists, (own mount unless the path is on ``/``), create+fsync+delete a file."""
     return [sys.executable, "-I", "-S", "-c", PROBE_CODE, path, "1" if require_mount else "0"]
@@ -211,3 +227,9 @@ def evaluate_storage(path: str, out: Outcome) -> list[Result]:
     last = (out.stderr.strip().splitlines() or [""])[-1][:200]
     return [Result(check, FAIL, "STORAGE_NOT_WRITABLE", f"{path} is not writable: {last}",
                    f"{path} {last}", device=dev)]
+
+
+@declare("storage", "storage", (PROLOG, PERIODIC))
+def check_storage(outs: list[tuple[str, Outcome]], run: RunContext) -> list[Result]:
+    return [r for p, o in outs for r in evaluate_storage(p, o)] or [
+        Result("storage", OK, "SKIPPED", "no storage paths configured")]

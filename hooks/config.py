@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resilient_slurm.config import ConfigError, register_section
+from resilient_slurm.config import ConfigError, check_finite, register_section
+
+# What ``dcgmi diag -r LEVEL`` needs (DCGM docs: level 1 seconds, 2 about 2 minutes, 3 about
+# 15 minutes, 4 hours).
+DIAG_LEVEL_BUDGET_S = {1: 30.0, 2: 150.0, 3: 1200.0, 4: 14400.0}
 
 
 @register_section("hooks")
@@ -22,6 +26,8 @@ class HooksConfig:
     ``scontrol reboot ASAP nextstate=RESUME`` instead of a drain. ``slurm_conf`` is needed by the
     HealthCheckProgram, whose environment holds only SLURMD_NODENAME. Budgets bound each hook's
     checks (keep them well under PrologEpilogTimeout and the 60 s HealthCheckProgram limit).
+    ``verdict_file``: where each run publishes this node's latest verdict, world-readable
+    (``docs/hooks.md``); empty: not published.
     """
 
     owner_prefix: str = "rhc:"
@@ -33,14 +39,22 @@ class HooksConfig:
     state_dir: str = "/var/lib/resilient-slurm/hooks/{node}"
     events_file: str = "/var/log/resilient-slurm/events.jsonl"
     metrics_file: str = ""
+    verdict_file: str = "/var/lib/resilient-slurm/verdicts/{node}.json"
     lock_timeout_s: float = 5.0
     prolog_budget_s: float = 20.0
     epilog_budget_s: float = 45.0
     health_budget_s: float = 30.0
     epilog_diag_on_failure: bool = False
     epilog_diag_level: int = 2
+    epilog_diag_budget_s: float = 0.0  # 0: DIAG_LEVEL_BUDGET_S[epilog_diag_level]
+    prolog_epilog_timeout_s: float = 120.0  # slurm.conf PrologEpilogTimeout
+
+    def diag_budget_s(self) -> float:
+        """Seconds the epilog's ``dcgmi diag -r LEVEL`` may take."""
+        return self.epilog_diag_budget_s or DIAG_LEVEL_BUDGET_S[self.epilog_diag_level]
 
     def validate(self) -> None:
+        check_finite(self, "hooks")
         prefix = self.owner_prefix
         if not (2 <= len(prefix) <= 12) or not all(c.isalnum() or c in ":-_" for c in prefix):
             raise ConfigError("hooks.owner_prefix", "2-12 characters of letters, digits, ':-_'")
@@ -56,9 +70,30 @@ class HooksConfig:
                               "Slurm's 60 s HealthCheckProgram limit")
         if self.epilog_diag_level not in (1, 2, 3, 4):
             raise ConfigError("hooks.epilog_diag_level", "must be 1, 2, 3 or 4")
+        overhead = 2 * self.slurm_timeout_s + self.lock_timeout_s
+        limit = self.prolog_epilog_timeout_s
+        if self.prolog_budget_s + overhead >= limit:
+            raise ConfigError("hooks.prolog_budget_s", f"budget + 2 x slurm_timeout_s + "
+                              f"lock_timeout_s must stay under PrologEpilogTimeout ({limit:g} s, "
+                              "hooks.prolog_epilog_timeout_s)")
+        epilog = self.epilog_budget_s + overhead
+        if self.epilog_diag_on_failure:
+            epilog += self.diag_budget_s() + 1.0
+            if self.diag_budget_s() < DIAG_LEVEL_BUDGET_S[self.epilog_diag_level] / 2:
+                raise ConfigError("hooks.epilog_diag_budget_s", f"dcgmi diag -r "
+                                  f"{self.epilog_diag_level} needs about "
+                                  f"{DIAG_LEVEL_BUDGET_S[self.epilog_diag_level]:g} s")
+        if epilog >= limit:
+            what = " + diagnostic" if self.epilog_diag_on_failure else ""
+            raise ConfigError("hooks.epilog_budget_s", f"epilog budget{what} "
+                              f"+ 2 x slurm_timeout_s + lock_timeout_s = {epilog:g} s does not "
+                              f"fit PrologEpilogTimeout ({limit:g} s, "
+                              "hooks.prolog_epilog_timeout_s)")
         for name in ("state_dir", "events_file"):
             value = getattr(self, name)
             if not value.startswith("/"):
                 raise ConfigError(f"hooks.{name}", "must be an absolute path")
-        if self.metrics_file and not self.metrics_file.startswith("/"):
-            raise ConfigError("hooks.metrics_file", "must be an absolute path")
+        for name in ("metrics_file", "verdict_file"):
+            value = getattr(self, name)
+            if value and not value.startswith("/"):
+                raise ConfigError(f"hooks.{name}", "must be an absolute path")

@@ -1,50 +1,73 @@
-"""What the three hooks share, and the HealthCheckProgram itself.
+"""What the three hooks share: argument parsing, set-up, and the guard around a run.
 
-The prolog (``prolog/``), the epilog (``epilog/``) and the no-argument form of
-``resilient-health`` (Slurm's HealthCheckProgram, below) all run through :func:`guarded`.
+The prolog (``prolog/hook.py``), the epilog (``epilog/hook.py``) and the HealthCheckProgram
+(``healthcheck/hook.py``, the no-argument form of ``resilient-health``) all run through
+:func:`guarded`.
 
 They take only ``--config PATH`` and ``--node NAME`` (tests, manual runs); everything else comes
-from the config file (default ``/etc/resilient-slurm/config.toml``, or
-``$RESILIENT_SLURM_CONFIG``) because the HealthCheckProgram's environment holds nothing but
-SLURMD_NODENAME. Exit status: 0 healthy, 1 unhealthy, 3 unknown, 2 config or usage error,
-4 the hook could not run; a non-zero prolog/epilog status also makes Slurm drain the node
-(we drain first, with our own reason).
+from the config file (default ``/etc/resilient-slurm/config.toml``). Root hooks take **no**
+configuration from the environment (no ``RESILIENT_SLURM_*`` variable, not even the config
+path): the file must be owned by root (or the running user) and not writable by group or
+others, checked on every run. Exit status: 0 healthy, 1 unhealthy, 3 unknown, 2 config or
+usage error, 4 the hook could not run (its state directory refused); a non-zero prolog/epilog
+status also makes Slurm drain the node (we drain first, with our own reason).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from resilient_slurm import fsutil
-from resilient_slurm.config import Config, ConfigError, load_config
+from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
 
 EXIT_USAGE = 2
+Body = Callable[[Config, HookContext, runner.SafeEvents], int]
 
 
 def _parse(prog: str, argv: Sequence[str] | None, about: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description=about)
-    parser.add_argument("--config", help="config file (default: $RESILIENT_SLURM_CONFIG or "
-                                         "/etc/resilient-slurm/config.toml)")
+    parser.add_argument("--config", help=f"config file (default: {DEFAULT_PATH})")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME)")
     return parser.parse_args(argv)
+
+
+def check_config_file(path: str) -> None:
+    """The config root reads: owned by root or us, not writable by group or others, not a
+    symlink (ConfigError naming the file otherwise)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return  # the default file may be absent: defaults apply
+    except OSError as exc:
+        raise ConfigError("", f"config file {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):
+            raise ConfigError("", f"config file {path}: a symlink owned by uid {st.st_uid}")
+        st = os.stat(path)
+    if st.st_uid not in (0, os.geteuid()):
+        raise ConfigError("", f"config file {path}: owned by uid {st.st_uid}, must be root")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError("", f"config file {path}: writable by group or others "
+                          f"(mode {stat.S_IMODE(st.st_mode):o}); chmod go-w")
 
 
 def _setup(prog: str, argv: Sequence[str] | None, about: str) -> tuple[Config, HookContext]:
     args = _parse(prog, argv, about)
     ctx = from_env(os.environ, node=args.node)
-    config = runner.for_node(load_config(args.config), ctx.node)
+    path = args.config or DEFAULT_PATH
+    check_config_file(path)
+    config = runner.for_node(load_config(path, env={}), ctx.node)
     runner.ensure_state_dir(config)
     return config, ctx
 
 
-def guarded(source: str, argv: Sequence[str] | None, about: str, body) -> int:  # type: ignore[no-untyped-def]
+def guarded(source: str, argv: Sequence[str] | None, about: str, body: Body) -> int:
     try:
         config, ctx = _setup(f"resilient-{source}", argv, about)
     except (ConfigError, ContextError) as exc:
@@ -54,20 +77,18 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body) -> int:  
         print(f"resilient-{source}: state directory: {exc}", file=sys.stderr)
         return runner.EXIT_HOOK_ERROR
     events = runner.event_log(config, source, ctx)
-    hk = runner.hooks_cfg(config)
     try:
-        with fsutil.locked(runner.state_path(config, "lock"), timeout=hk.lock_timeout_s):
-            status = int(body(config, ctx, events))
-        if _ABANDONED:
-            # A data source (e.g. NVML) is still wedged in a thread: leave without joining it.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-        return status
-    except TimeoutError as exc:
+        status = int(body(config, ctx, events))
+    except ConfigError as exc:  # e.g. a scenario or profile named by the config is bad
         events.emit("hook_error", cause=str(exc))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
-        return runner.EXIT_HOOK_ERROR
+        return EXIT_USAGE
+    if _ABANDONED:
+        # A data source (e.g. NVML) is still wedged in a thread: leave without joining it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 _ABANDONED: list[str] = []
@@ -90,16 +111,7 @@ def job_file(config: Config, ctx: HookContext) -> str | None:
 
 
 def health_main(argv: Sequence[str] | None = None) -> int:
-    """Slurm ``HealthCheckProgram=``: periodic checks; drain bad nodes, resume our own."""
+    """Kept for shims installed before the HealthCheckProgram moved to healthcheck/hook.py."""
+    from resilient_slurm.healthcheck.hook import health_main as main
 
-    def body(config: Config, ctx: HookContext, events) -> int:  # type: ignore[no-untyped-def]
-        hk = runner.hooks_cfg(config)
-        # Last resort: Slurm kills us at 60 s; never get there, whatever hangs.
-        signal.signal(signal.SIGALRM, lambda *_: os._exit(runner.EXIT_HOOK_ERROR))
-        signal.alarm(int(hk.health_budget_s + 2 * hk.slurm_timeout_s + hk.lock_timeout_s) + 1)
-        report = check(config, ctx, "periodic", hk.health_budget_s)
-        events.emit("verdict", **runner.verdict_fields(report))
-        runner.write_metrics(config, report)
-        return runner.act(config, ctx, report, events, may_resume=True)
-
-    return guarded("health", argv, health_main.__doc__ or "", body)
+    return main(argv)

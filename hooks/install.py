@@ -19,12 +19,12 @@ from resilient_slurm.config import ConfigError, load_config
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main"),
-    "healthcheck": ("resilient_slurm.hooks.entry", "health_main"),
+    "healthcheck": ("resilient_slurm.healthcheck.hook", "health_main"),
 }
 
 SKELETON = """\
 # resilient-slurm configuration (read by the prolog, epilog and HealthCheckProgram as root).
-# Precedence: defaults < this file < RESILIENT_SLURM_<SECTION>_<KEY> environment < flags.
+# The root hooks read this file only (no environment); it must stay root-owned, mode 0644.
 
 [hooks]
 owner_prefix = "rhc:"          # every drain reason we write starts with it; we resume only those
@@ -34,6 +34,8 @@ slurm_conf = "{slurm_conf}"    # the HealthCheckProgram gets no SLURM_CONF: say 
 slurm_bin_dir = "/usr/bin:/usr/local/bin:/opt/slurm/bin"
 events_file = "/var/log/resilient-slurm/events.jsonl"
 metrics_file = ""              # e.g. /var/lib/node_exporter/textfile/resilient.prom
+verdict_file = "/var/lib/resilient-slurm/verdicts/{{node}}.json"  # read by jobs (world-readable)
+prolog_epilog_timeout_s = 120  # = slurm.conf PrologEpilogTimeout: budgets must fit it
 prolog_budget_s = 20
 epilog_budget_s = 45
 health_budget_s = 30
@@ -43,6 +45,7 @@ epilog_diag_on_failure = false # dcgmi diag -r 2 after a failed job (needs Prolo
 state_dir = "/var/lib/resilient-slurm"
 watchdog_s = 45
 # profile = "p5.48xlarge"      # expected hardware; or match node names per profile
+# allow_unmatched_profile = false  # true: a node no profile matches passes with a warning
 # storage_paths = ["/fsx/checkpoints"]
 """
 
@@ -147,7 +150,42 @@ def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
         slurm_conf = slurm_conf or hk.slurm_conf or os.environ.get("SLURM_CONF") \
             or "/etc/slurm/slurm.conf"
     problems += _conf_problems(inst, slurm_conf or "/etc/slurm/slurm.conf")
+    if config is not None:
+        problems += profile_problems(config, slurm_conf or "/etc/slurm/slurm.conf")
     return problems
+
+
+def profile_problems(config, slurm_conf: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Nodes of slurm.conf that no profile matches (their runs would be ``unknown``)."""
+    from resilient_slurm.healthcheck.profiles import select_profile
+    from resilient_slurm.slurm.hostlist import HostlistError, expand
+
+    if config.health.allow_unmatched_profile:
+        return []
+    try:
+        text = open(slurm_conf, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return []
+    names: list[str] = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*NodeName\s*=\s*(\S+)", line.split("#", 1)[0], re.IGNORECASE)
+        if m and m.group(1).upper() != "DEFAULT":
+            try:
+                names += expand(m.group(1))
+            except HostlistError:
+                continue
+    try:
+        unmatched = [n for n in names
+                     if select_profile(config.health, n).how == "auto"]
+    except ConfigError as exc:
+        return [f"profiles: {exc}"]
+    if not unmatched:
+        return []
+    from resilient_slurm.slurm.hostlist import compress
+
+    return [f"profiles: no profile matches node(s) {compress(unmatched)}: their health runs "
+            "are unknown and drain them (add a profile, or set "
+            "health.allow_unmatched_profile = true)"]
 
 
 def _conf_problems(inst: Installation, slurm_conf: str) -> list[str]:

@@ -8,10 +8,11 @@ Slurm seam. Rules:
   drained or down for a reason that is not ours: an admin's reason is never overwritten;
 * a node we drained already keeps its first reason (the root cause) while it stays bad;
 * healthy (``ok``/``warn``) for ``resume_after`` consecutive health-program runs: resume, but
-  only when the current drain reason starts with our prefix, and not while a *hold* stands: an
-  Xid whose policy action is ``drain``, ``reset_gpu`` or ``reboot`` is reported once by the
-  kernel log, so the drain it caused holds until the node reboots (new boot id) or an admin
-  resumes it;
+  only when the current drain reason starts with our prefix, and not while a *hold* stands: a
+  mapped Xid whose policy action is ``drain``, ``reset_gpu`` or ``reboot`` (or a fatal SXid, a
+  fatal EFA driver line) is reported once by the kernel log, so the drain it caused holds until
+  the node reboots (new boot id) or an admin resumes it. State checks (temperature, clocks,
+  row remap, processes left) and unmapped or application-class Xids never hold;
 * the prolog and epilog drain but never resume.
 """
 
@@ -44,8 +45,9 @@ def root_causes(report: Report) -> list[Result]:
 
 
 def hold_for(report: Report) -> Result | None:
-    """The failing result that must keep the node drained until reboot, if any."""
-    return next((r for r in report.failing() if r.action in HOLD_ACTIONS), None)
+    """The failing result that must keep the node drained until reboot, if any: only
+    kernel-log evidence that is reported once (``Result.hold``), never a state check."""
+    return next((r for r in report.failing() if r.hold and r.action in HOLD_ACTIONS), None)
 
 
 def drain_reason(report: Report, prefix: str) -> str:

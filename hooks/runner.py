@@ -1,29 +1,60 @@
-"""One hook run on one node: lock, check, record, act.
+"""One hook run on one node: check, record, act.
 
 Shared by the prolog, the epilog and the HealthCheckProgram. Every run emits a ``verdict``
-event and one event per action (``drain``, ``reboot``, ``resume``, ``action_failed``), and
-refreshes the Prometheus textfile when configured. Exit status: 0 healthy, 1 unhealthy (the
-node was drained, or could not be), 3 unknown result (treated as unhealthy), 4 the hook itself
-could not run (lock busy, Slurm unreachable while acting).
+event, publishes the node's verdict file, refreshes the Prometheus textfile when configured,
+and emits one event per action (``drain``, ``reboot``, ``resume``, ``action_failed``).
+
+Cheap for the controller and never failing a healthy node: Slurm is asked only when an action
+may be needed (the node is unhealthy, or it is healthy and our own marker says we drained it);
+then about this node only. A healthy run makes no Slurm call at all, so a stalled controller
+cannot fail it. Non-essential I/O (events, metrics, verdict file, a corrupt state file) is
+reported on stderr and never changes the verdict or the exit status.
+
+Exit status: 0 healthy, 1 unhealthy (the node was drained, or could not be), 3 unknown result
+(treated as unhealthy).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventLog
 from resilient_slurm.healthcheck.model import Report
-from resilient_slurm.hooks import nodestate
+from resilient_slurm.hooks import nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.slurm import SlurmError, connect
 
 EXIT_HOOK_ERROR = 4
+
+
+def warn(source: str, what: str, exc: BaseException | str) -> None:
+    """Report a non-essential failure on stderr (slurmd logs it); never raises."""
+    try:
+        print(f"resilient-{source}: {what}: {exc} (verdict unaffected)", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+class SafeEvents:
+    """An :class:`EventLog` whose failures (full disk, read-only path) go to stderr."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        try:
+            self.log.emit(kind, **fields)
+        except (OSError, ValueError, TypeError) as exc:
+            warn(self.log.source, f"event log {self.log.path}", exc)
 
 
 def for_node(config: Config, node: str) -> Config:
@@ -36,7 +67,8 @@ def for_node(config: Config, node: str) -> Config:
 
     sections = dict(config.sections)
     sections["health"] = sub(sections["health"], ("state_dir", "simulate"))
-    sections["hooks"] = sub(sections["hooks"], ("state_dir", "events_file", "metrics_file"))
+    sections["hooks"] = sub(sections["hooks"], ("state_dir", "events_file", "metrics_file",
+                                                "verdict_file"))
     return Config(sections, config.source)
 
 
@@ -61,18 +93,15 @@ def state_path(config: Config, name: str) -> str:
 
 
 def ensure_state_dir(config: Config) -> str:
-    """The hook's state directory: created 0700, must be owned by us (root on a cluster)."""
-    path = hooks_cfg(config).state_dir
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    if st.st_uid != os.geteuid() or (st.st_mode & 0o022):
-        raise PermissionError(f"{path} must be owned by uid {os.geteuid()} and not "
-                              "group/world-writable")
-    return path
+    """The hook's state directory: created 0700; refused (PermissionError) when it is a
+    symlink, owned by someone else, group/world-writable, or under a parent others can
+    change."""
+    return fsutil.private_dir(hooks_cfg(config).state_dir)
 
 
-def event_log(config: Config, source: str, ctx: HookContext) -> EventLog:
-    return EventLog(hooks_cfg(config).events_file, source, node=ctx.node, job=ctx.job_id)
+def event_log(config: Config, source: str, ctx: HookContext) -> SafeEvents:
+    return SafeEvents(EventLog(hooks_cfg(config).events_file, source, node=ctx.node,
+                               job=ctx.job_id))
 
 
 def verdict_fields(report: Report) -> dict[str, Any]:
@@ -90,51 +119,117 @@ def verdict_fields(report: Report) -> dict[str, Any]:
     }
 
 
-def write_metrics(config: Config, report: Report) -> None:
-    path = hooks_cfg(config).metrics_file
-    if not path:
-        return
-    from resilient_slurm.healthcheck.metrics import write_metrics as write
-
-    write(path, report)
-
-
-def act(config: Config, ctx: HookContext, report: Report, events: EventLog, *,
-        may_resume: bool) -> int:
-    """Decide and carry out the node action; returns the hook's exit status."""
+def record(config: Config, ctx: HookContext, source: str, report: Report, events: SafeEvents,
+           **extra: Any) -> None:
+    """The run's verdict: event, published verdict file, metrics (each failure only warned)."""
+    events.emit("verdict", **verdict_fields(report), **extra)
     hk = hooks_cfg(config)
-    streak_file = state_path(config, "streak.json")
-    state = fsutil.read_json(streak_file, default={}) or {}
+    if hk.verdict_file:
+        try:
+            verdict.publish(hk.verdict_file, verdict.verdict_record(report, source, ctx.job_id))
+        except OSError as exc:
+            warn(source, f"verdict file {hk.verdict_file}", exc)
+    if hk.metrics_file:
+        from resilient_slurm.healthcheck.metrics import write_metrics as write
+
+        try:
+            write(hk.metrics_file, report)
+        except OSError as exc:
+            warn(source, f"metrics file {hk.metrics_file}", exc)
+
+
+def load_state(config: Config, source: str) -> dict[str, Any]:
+    """``streak.json`` (healthy streak, hold, our drain marker); corrupt or unreadable: {}."""
+    path = state_path(config, "streak.json")
+    try:
+        state = fsutil.read_json(path, default={}, nofollow=True)
+    except (OSError, ValueError) as exc:
+        warn(source, f"state file {path} unreadable, starting afresh", exc)
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def save_state(config: Config, source: str, state: dict[str, Any]) -> None:
+    path = state_path(config, "streak.json")
+    try:
+        fsutil.atomic_write_json(path, state, mode=0o600)
+    except OSError as exc:
+        warn(source, f"state file {path}", exc)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@contextlib.contextmanager
+def node_lock(config: Config, source: str) -> Iterator[bool]:
+    """The node lock around reading, deciding and writing the node's state: waited for up to
+    ``lock_timeout_s``, then gone on without (never a reason to fail a hook; the state is
+    written atomically, so at worst one healthy-streak update is lost). Yields whether held."""
+    timeout = hooks_cfg(config).lock_timeout_s
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(fsutil.locked(state_path(config, "lock"), timeout=timeout))
+        except (TimeoutError, OSError) as exc:
+            warn(source, "node lock", exc)
+            yield False
+            return
+        yield True
+
+
+def act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
+        may_resume: bool, source: str = "hook") -> int:
+    """Decide and carry out the node action under the node lock; returns the exit status."""
+    with node_lock(config, source):
+        return _act(config, ctx, report, events, may_resume=may_resume, source=source)
+
+
+def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
+         may_resume: bool, source: str) -> int:
+    hk = hooks_cfg(config)
+    state = load_state(config, source)
     healthy = report.status not in ("fail", "unknown")
+    status = 0 if healthy else report.exit_code
+    before = dict(state)
     if may_resume:
-        state["healthy_streak"] = int(state.get("healthy_streak", 0)) + 1 if healthy else 0
+        state["healthy_streak"] = _int(state.get("healthy_streak")) + 1 if healthy else 0
         state["last_status"] = report.status
         state["updated_at"] = time.time()
-        fsutil.atomic_write_json(streak_file, state, mode=0o600)
     elif not healthy:
         state["healthy_streak"] = 0
-        fsutil.atomic_write_json(streak_file, state, mode=0o600)
-    status = 0 if healthy else report.exit_code
+    marker = state.get("drained")  # set before we drain: we may have drained this node
+    if healthy and not (may_resume and marker):
+        if state != before:
+            save_state(config, source, state)
+        return status  # healthy, nothing of ours to undo: no Slurm call at all
     conf = hk.slurm_conf or None
     slurm = connect(conf=conf, backend="cli", timeout=hk.slurm_timeout_s,
-                    bin_dir=hk.slurm_bin_dir, env={} if conf else None)
+                    bin_dir=hk.slurm_bin_dir, env={} if conf else None,
+                    version_file=state_path(config, "slurm-version.json"))
     boot = (report.kernel_position or {}).get("boot_id")
     try:
-        node = slurm.node(ctx.node)
+        node = slurm.node(ctx.node)  # this node only
+        ours = node.drain and nodestate.ours(node, hk.owner_prefix)
         hold = state.get("hold")
-        if isinstance(hold, dict) and (not (node.drain and nodestate.ours(node, hk.owner_prefix))
+        if isinstance(hold, dict) and (not ours
                                        or (boot and hold.get("boot_id") not in (None, boot))):
             hold = None  # an admin resumed the node, or it rebooted since
         decision = nodestate.decide(
-            report, node, int(state.get("healthy_streak", 0)), prefix=hk.owner_prefix,
+            report, node, _int(state.get("healthy_streak")), prefix=hk.owner_prefix,
             resume_after=hk.resume_after, reboot_enabled=hk.reboot_enabled,
             may_resume=may_resume, hold=hold.get("code") if isinstance(hold, dict) else None)
         cause = nodestate.hold_for(report)
         if cause is not None and decision.action in (nodestate.DRAIN, nodestate.REBOOT):
             hold = {"code": cause.drain_reason, "boot_id": boot, "since": time.time()}
-        if hold != state.get("hold"):
-            state["hold"] = hold
-            fsutil.atomic_write_json(streak_file, state, mode=0o600)
+        state["hold"] = hold
+        if decision.action in (nodestate.DRAIN, nodestate.REBOOT):
+            state["drained"] = {"reason": decision.reason, "since": time.time()}
+            save_state(config, source, state)  # before acting: a drain that times out may
+            #                                     still land, and must be ours to undo
+        elif decision.action == nodestate.RESUME or (healthy and not ours):
+            state.pop("drained", None)
+        elif ours and not state.get("drained"):
+            state["drained"] = {"reason": node.reason, "since": time.time()}
         if decision.action != nodestate.NONE:
             nodestate.apply(slurm, ctx.node, decision)
             events.emit(decision.action, reason=decision.reason, cause=decision.why,
@@ -143,5 +238,7 @@ def act(config: Config, ctx: HookContext, report: Report, events: EventLog, *,
             events.emit("drain_skipped", reason=decision.reason, cause=decision.why)
     except SlurmError as exc:
         events.emit("action_failed", cause=str(exc), status=report.status)
-        return status or EXIT_HOOK_ERROR
+        warn(source, "Slurm", exc)
+    if state != before:
+        save_state(config, source, state)
     return status

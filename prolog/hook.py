@@ -7,11 +7,15 @@ The kernel-log position at job start is saved for the epilog.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
+from resilient_slurm.healthcheck.hook import JOB_START_LOCK
+from resilient_slurm.healthcheck.model import Report
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded, job_file
@@ -20,21 +24,36 @@ from resilient_slurm.hooks.entry import check, guarded, job_file
 def prolog_main(argv: Sequence[str] | None = None) -> int:
     """Slurm ``Prolog=``: fast checks on the job's GPUs; drain and exit 1 when unhealthy."""
 
-    def body(config: Config, ctx: HookContext, events) -> int:  # type: ignore[no-untyped-def]
+    def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
         hk = runner.hooks_cfg(config)
-        report = check(config, ctx, "prolog", hk.prolog_budget_s, gpu_indices=ctx.gpus)
-        events.emit("verdict", **runner.verdict_fields(report))
-        runner.write_metrics(config, report)
-        path = job_file(config, ctx)
-        if path is not None:
-            from resilient_slurm.healthcheck import kernlog
-
-            position = report.kernel_position or kernlog.current_position(config)
-            fsutil.atomic_write_json(path, {"job": ctx.job_id, "kernel_position": position},
-                                     mode=0o600)
-        return runner.act(config, ctx, report, events, may_resume=False)
+        with contextlib.ExitStack() as stack:
+            try:  # a job is starting: a health run now yields (never waits on us)
+                stack.enter_context(fsutil.locked(runner.state_path(config, JOB_START_LOCK),
+                                                  timeout=1.0, shared=True))
+            except (TimeoutError, OSError) as exc:
+                runner.warn("prolog", "job-start lock", exc)
+            report = check(config, ctx, "prolog", hk.prolog_budget_s, gpu_indices=ctx.gpus)
+            runner.record(config, ctx, "prolog", report, events)
+            _save_position(config, ctx, report)
+            return runner.act(config, ctx, report, events, may_resume=False, source="prolog")
 
     return guarded("prolog", argv, prolog_main.__doc__ or "", body)
+
+
+def _save_position(config: Config, ctx: HookContext, report: Report) -> None:
+    """Where the kernel log stood at job start, for the epilog (non-essential: warned)."""
+    path = job_file(config, ctx)
+    if path is None:
+        return
+    from resilient_slurm.healthcheck import kernlog
+
+    try:
+        position = report.kernel_position or kernlog.current_position(config)
+        fsutil.private_dir(os.path.dirname(path))  # never through a planted symlink
+        fsutil.atomic_write_json(path, {"job": ctx.job_id, "kernel_position": position},
+                                 mode=0o600)
+    except OSError as exc:
+        runner.warn("prolog", f"job file {path}", exc)
 
 
 def main() -> None:

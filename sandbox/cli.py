@@ -105,7 +105,10 @@ def status(root: str) -> None:
         jobs = slurm.jobs()
     except (SandboxError, SlurmError) as exc:
         _fail(exc)
-    click.echo(f"sandbox {paths.root} (Slurm {meta.get('slurm_version')})")
+    user = meta.get("user")
+    who = user.get("name") if isinstance(user, dict) else "-"
+    click.echo(f"sandbox {paths.root} (Slurm {meta.get('slurm_version')}, "
+               f"{meta.get('timing', 'fast')} timing, job user {who})")
     for n in nodes:
         flags = "+".join(sorted(n.flags))
         click.echo(f"  {n.name:<8} {n.state.lower():<10} {flags:<16} {n.reason}")

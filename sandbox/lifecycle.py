@@ -68,6 +68,8 @@ def hooks_config(paths: Paths, extra: str = "") -> str:
         f'state_dir = "{p("nodes", "{node}", "hooks")}"\n'
         f'events_file = "{p("log", "events.jsonl")}"\n'
         f'metrics_file = "{p("nodes", "{node}", "metrics.prom")}"\n'
+        # World-readable verdicts where jobs (the launcher's blame) read them.
+        f'verdict_file = "{p("verdicts", "{node}.json")}"\n'
         "resume_after = 2\n"
         "prolog_budget_s = 15\n"
         "epilog_budget_s = 15\n"
@@ -146,14 +148,18 @@ def up(
     if nodes < 1 or nodes > 64:
         raise SandboxError("--nodes must be between 1 and 64")
     progs = preflight()
+    jobuser.ensure_account(user or DEFAULT_USER)  # a bad --user fails before anything is made
     paths = Paths(root)
+    # Daemons recorded by an earlier `up` and still running (checked in /proc, so a recycled
+    # PID does not count): an unclean stop that left them behind. Anything else is reused.
     if os.path.exists(paths.meta):
-        old = read_json_safe(paths)
-        if old and any(pid_alive(p) for p in recorded_pids(old)):
+        left = members(paths)
+        if left.daemons:
             raise SandboxError(
                 f"a sandbox is already running in {paths.root}: "
                 f"`resilient-slurm sandbox down --dir {paths.root}` first"
             )
+        kill_pids(left.all())  # jobs and step daemons orphaned by daemons that died
     # A fresh start (slurmctld -c): state saved by an earlier run, perhaps under another
     # ClusterName, is dropped so it cannot refuse to start ("CLUSTER NAME MISMATCH").
     shutil.rmtree(paths.p("state"), ignore_errors=True)
@@ -270,11 +276,16 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
                 time.sleep(0.2)
         except SlurmError:
             pass  # controller already gone: the kill below still finds everything
-    # Job processes and step daemons first, then the daemons (slurmd, slurmctld, munged last:
-    # newest first), then anything the daemons left behind (slurmctld's slurmscriptd).
+    # Freeze slurmd and the step daemons so that they start nothing new (a health check, an
+    # epilog) while their children are ended; then end them, slurmctld and munged last.
     found = members(paths)
-    survivors = kill_pids([*found.jobs, *found.step_daemons])
-    for group in _daemon_groups(found.daemons):
+    frozen = [p for p in found.daemons if _exe(p).startswith("slurmd")] + found.step_daemons
+    _signal_all(frozen, signal.SIGSTOP)
+    found = members(paths)
+    survivors = kill_pids(found.jobs)
+    _signal_all(frozen, signal.SIGKILL)  # a stopped process ends at once on SIGKILL only
+    survivors += kill_pids(frozen)
+    for group in _daemon_groups([p for p in found.daemons if p not in frozen]):
         survivors += kill_pids(group)
     survivors += kill_pids([p for p in members(paths).all() if p not in survivors])
     meta["pids"] = []
@@ -283,13 +294,25 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
     return survivors
 
 
+def _exe(pid: int) -> str:
+    info = read_proc(pid)
+    return info.exe if info else ""
+
+
+def _signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _daemon_groups(pids: Sequence[int]) -> list[list[int]]:
     """slurmd (and the stall helper), then slurmctld, then munged: each group ends together."""
     order = {"slurmctld": 1, "munged": 2}
     groups: list[list[int]] = [[], [], []]
     for pid in pids:
-        info = read_proc(pid)
-        exe = info.exe if info else ""
+        exe = _exe(pid)
         groups[next((v for k, v in order.items() if exe.startswith(k)), 0)].append(pid)
     return [g for g in groups if g]
 

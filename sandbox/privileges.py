@@ -49,8 +49,8 @@ def problems(paths: Paths, nodes: Iterable[str], hook_files: Iterable[str] = ())
                 found.append(f"{path}: setuid/setgid ({mode:o})")
             if mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX):
                 found.append(f"{path}: writable by others ({mode:o})")
-            elif mode & stat.S_IWGRP and st.st_gid == 0:
-                found.append(f"{path}: writable by group root ({mode:o})")
+            elif mode & stat.S_IWGRP:
+                found.append(f"{path}: writable by its group ({mode:o})")
     for node in nodes:
         node_dir = paths.node_dir(node)
         for name in ROOT_ONLY_FILES:

@@ -18,7 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from resilient_slurm.sandbox.cluster import Paths, SandboxError, daemon_env, find_program
+from resilient_slurm.sandbox.cluster import (
+    Paths,
+    SandboxError,
+    daemon_env,
+    find_program,
+    read_meta,
+)
 
 STATS_RPC = "REQUEST_STATS_INFO"
 _TYPE_LINE = re.compile(r"^\s+([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)")
@@ -85,13 +91,18 @@ def parse_sdiag(text: str) -> RpcCounts:
     return RpcCounts(by_type, by_user, time.time())
 
 
-def _sdiag(root: str, *args: str) -> str:
+def _sdiag(root: str, *args: str, timeout: float = 30) -> str:
     paths = Paths(root)
+    read_meta(paths)  # a clear error where there is no sandbox
     exe = find_program("sdiag")
     if exe is None:
         raise SandboxError("sdiag not found (it comes with slurm-client)")
-    out = subprocess.run([exe, *args], env=daemon_env(paths), capture_output=True,  # noqa: S603
-                         text=True, timeout=30)
+    try:
+        out = subprocess.run([exe, *args], env=daemon_env(paths),  # noqa: S603 - argv list
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"sdiag: no answer within {timeout:.0f}s (is slurmctld running, "
+                           "or stalled?)") from None
     if out.returncode != 0:
         raise SandboxError(f"sdiag {' '.join(args)}: {out.stderr.strip() or out.returncode}")
     return out.stdout

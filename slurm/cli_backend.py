@@ -1,9 +1,11 @@
 """The Slurm CLI backend: ``scontrol``/``sinfo``/``squeue``/``sbatch`` with argv lists and timeouts.
 
-Works against Slurm 22.05 and newer. Node state comes from JSON (``scontrol --json show nodes``
-where the installed Slurm has it, else ``sinfo --json``); job detail from ``scontrol -o show
-job`` (one line per job, same on every version). Every failure raises ``SlurmError`` carrying
-Slurm's message: a dead controller, an unknown node or job, or a command that hangs.
+Works against Slurm 22.05 and newer. The node table comes from JSON (``scontrol --json show
+nodes`` where the installed Slurm has it, else ``sinfo --json``); one node from ``sinfo -n NODE``
+(a single-node RPC, what the hooks use); one job from ``scontrol --json show job ID``
+(>= 23.02) or ``scontrol -o show job ID`` (22.05), never the whole job table. Every failure
+raises ``SlurmError`` carrying Slurm's message: a dead controller, an unknown node or job, or
+a command that hangs.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class CliSlurm:
         timeout: float = 15.0,
         bin_dir: str | None = None,
         env: Mapping[str, str] | None = None,
+        version_file: str | None = None,
     ) -> None:
         self.conf = conf
+        self.version_file = version_file
         self.timeout = timeout
         base = dict(os.environ if env is None else env)
         if conf:
@@ -93,13 +97,18 @@ class CliSlurm:
         return data
 
     def version(self) -> tuple[int, int]:
-        """(major, minor) of the installed Slurm client tools."""
+        """(major, minor) of the installed Slurm client tools (cached in ``version_file``,
+        keyed by the scontrol binary's path and mtime, when one is given)."""
+        if self._version is None and self.version_file:
+            self._version = _cached_version(self.version_file, self.search)
         if self._version is None:
             text = self._run(["scontrol", "--version"])
             m = re.search(r"(\d+)\.(\d+)", text)
             if not m:
                 raise SlurmError(f"cannot read Slurm version from {text!r}")
             self._version = (int(m.group(1)), int(m.group(2)))
+            if self.version_file:
+                _save_version(self.version_file, self.search, self._version)
         return self._version
 
     # -- reading --------------------------------------------------------------------------
@@ -127,7 +136,19 @@ class CliSlurm:
         return [by_name[n] for n in wanted]
 
     def node(self, name: str) -> Node:
-        return self.nodes([name])[0]
+        """One node, asking the controller about that node only.
+
+        ``sinfo -n NAME -N -O ...`` is answered with REQUEST_NODE_INFO_SINGLE (measured with
+        sdiag on 22.05), whereas ``scontrol show node NAME`` and ``sinfo --json`` fetch the
+        whole node table (REQUEST_NODE_INFO) and filter it on the client.
+        """
+        _check_name(name)
+        out = self._run(["sinfo", "-n", name, "-N", "-h", "-O", _SINFO_FORMAT])
+        for line in out.splitlines():
+            node = node_from_sinfo(line)
+            if node is not None and node.name == name:
+                return node
+        raise SlurmError(f"unknown node(s): {name}")
 
     def jobs(self) -> list[Job]:
         """Every job the controller still knows (pending, running, finished within MinJobAge)."""
@@ -291,3 +312,51 @@ def _check_name(node: str) -> None:
     if not node or not re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", node):
         raise SlurmError(f"invalid node name {node!r}")
 
+
+_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
+
+
+def node_from_sinfo(line: str) -> Node | None:
+    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
+    last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
+    parts = line.rstrip("\n").split("|", 4)
+    if len(parts) != 5:
+        return None
+    name, state, user, addr, reason = (p.strip() for p in parts)
+    if reason == "none" and user == "Unknown":
+        reason, user = "", ""
+    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
+    base, flags = split_state([w for w in words if w])
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
+
+
+def _version_key(search: str) -> dict[str, Any] | None:
+    exe = proc.resolve("scontrol", search)
+    if exe is None:
+        return None
+    st = os.stat(exe)
+    return {"exe": exe, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+
+
+def _cached_version(path: str, search: str) -> tuple[int, int] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        key = _version_key(search)
+        if key is not None and data.get("key") == key:
+            major, minor = data["version"]
+            return int(major), int(minor)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _save_version(path: str, search: str, version: tuple[int, int]) -> None:
+    from resilient_slurm.fsutil import atomic_write_json
+
+    try:
+        key = _version_key(search)
+        if key is not None:
+            atomic_write_json(path, {"key": key, "version": list(version)}, mode=0o600)
+    except OSError:
+        pass  # a cache: the next run asks again

@@ -49,10 +49,12 @@ def connect(
     timeout: float = 15.0,
     bin_dir: str | None = None,
     env: Mapping[str, str] | None = None,
+    version_file: str | None = None,
 ) -> SlurmBackend:
     """A Slurm handle; ``backend`` is ``auto`` (pyslurm if usable, else CLI), ``cli`` or
     ``pyslurm``."""
-    cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env)
+    cli = CliSlurm(conf=conf, timeout=timeout, bin_dir=bin_dir, env=env,
+                   version_file=version_file)
     if backend == "cli":
         return cli
     if backend not in ("auto", "pyslurm"):

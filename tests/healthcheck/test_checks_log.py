@@ -55,8 +55,16 @@ def test_ignored_and_app_level_xids():
     assert r.status == "ok" and "Xid 43" in r.reason
     (r,) = cl.evaluate_xid(read(XID13), ctx())
     assert (r.status, r.action) == ("warn", "restart_app")
+    # Issue 12 item 9: one read window full of app Xids (one buggy job) is the app's fault ...
     (r,) = cl.evaluate_xid(read(XID13, XID13, XID13), ctx())
-    assert (r.status, r.action) == ("fail", "drain")  # repeats on one GPU escalate
+    assert (r.status, r.action, r.hold) == ("warn", "restart_app", False)
+    # ... the same GPU in xid_repeat_fail (3) separate runs within the window is suspect,
+    # drained without a hold.
+    c = ctx()
+    c.app_history = {"gpu0": [1.0, 2.0]}
+    (r,) = cl.evaluate_xid(read(XID13), c)
+    assert (r.status, r.code, r.hold) == ("fail", "XID_APP_REPEAT", False)
+    assert c.app_seen == ["gpu0"]
 
 
 def test_unknown_code_and_unknown_generation_fail_closed():

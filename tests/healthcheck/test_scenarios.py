@@ -51,8 +51,11 @@ def test_shipped_scenario_verdict(name, fast_config):
         assert report.status in ("ok", "warn")
 
 
-def test_dcgmi_missing_in_prolog_set(fast_config):
-    report = run_checks(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s")
+def test_dcgmi_missing_when_diag_runs(fast_config):
+    # The prolog set holds no diagnostic (issue 12 item 12); run on demand, a missing dcgmi
+    # is still unknown.
+    report = run_checks(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s",
+                        only=["dcgm_diag"])
     (r,) = by_check(report, "dcgm_diag")
     assert (r.status, r.code) == ("unknown", "DCGMI_MISSING")
 
@@ -61,7 +64,8 @@ def test_check_sets_are_known_checks():
     for names in CHECK_SETS.values():
         assert set(names) <= set(CHECKS)
     assert "gpu_procs" in CHECK_SETS["epilog"] and "gpu_memory" in CHECK_SETS["epilog"]
-    assert "dcgm_diag" in CHECK_SETS["prolog"] and "dcgm_diag" not in CHECK_SETS["periodic"]
+    # No diagnostic in the default prolog or periodic sets: it cannot finish in their budgets.
+    assert "dcgm_diag" not in CHECK_SETS["prolog"] and "dcgm_diag" not in CHECK_SETS["periodic"]
 
 
 def test_only_and_kill_switch(tmp_path):
@@ -100,6 +104,12 @@ def test_auto_profile_is_reported(tmp_path, monkeypatch):
     scen = tmp_path / "s.toml"
     scen.write_text('base = "healthy-p5"\nprofile = ""\n')
     report = run_checks(cfg, simulate=str(scen), node="plain", only=["gpu_count"])
+    (p,) = by_check(report, "profile")
+    # Issue 12 item 6: an unmatched node is unknown (drained) unless the admin chose that.
+    assert (p.status, p.code) == ("unknown", "PROFILE_UNMATCHED")
+    assert report.exit_code == 3
+    allowed = make_config(str(tmp_path), "allow_unmatched_profile = true\n")
+    report = run_checks(allowed, simulate=str(scen), node="plain", only=["gpu_count"])
     (p,) = by_check(report, "profile")
     assert (p.status, p.code) == ("warn", "PROFILE_AUTO")
 

@@ -52,3 +52,21 @@ def test_shim_runs_isolated_and_fails_cleanly_without_node(tmp_path) -> None:
 
     out = proc.run([inst.shims["healthcheck"]], timeout=60, env={})
     assert out.returncode == 2 and "SLURMD_NODENAME" in out.stderr
+
+
+def test_check_fails_on_nodes_no_profile_matches(tmp_path) -> None:
+    """Issue 12 item 6: a node no profile matches would be unknown (drained) on every run."""
+    prefix = tmp_path / "root"
+    inst = install.install(str(prefix))
+    conf = tmp_path / "slurm.conf"
+    lines = "\n".join(inst.slurm_conf_lines()) + "\nSchedulerParameters=nohold_on_prolog_fail\n"
+    conf.write_text(lines + "NodeName=gpu-[1-4] CPUs=8\n")
+    found = install.check(str(prefix), slurm_conf=str(conf))
+    assert any("no profile matches node(s) gpu-[1-4]" in p for p in found), found
+    res = CliRunner().invoke(main, ["install-hooks", "--prefix", str(prefix), "--check",
+                                    "--slurm-conf", str(conf)])
+    assert res.exit_code == 1
+    with open(inst.config_path, "a") as fh:  # the admin chose it
+        fh.write("allow_unmatched_profile = true\n")  # the skeleton ends in [health]
+    assert not [p for p in install.check(str(prefix), slurm_conf=str(conf))
+                if p.startswith("profiles")]

@@ -18,7 +18,8 @@ def rep(*results: Result) -> Report:
 
 
 OK = Result("gpu", "ok", "OK", "fine")
-XID = Result("xid", "fail", "XID79", "fell off the bus", device="gpu3", action="reboot")
+XID = Result("xid", "fail", "XID79", "fell off the bus", device="gpu3", action="reboot",
+             hold=True)
 LOST = Result("gpu", "fail", "GPU_LOST", "gpu3 lost", device="gpu3")
 HUNG = Result("dcgm_health", "unknown", "DCGMI_TIMEOUT", "dcgmi timed out")
 
@@ -94,3 +95,14 @@ def test_context_reads_only_strict_values() -> None:
     assert ctx.exit_code == 256
     ok = from_env({"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,3"})
     assert ok.job_id == 42 and ok.gpus == (0, 3)
+
+
+def test_state_checks_never_hold() -> None:
+    """Issue 12 item 9: temperature, clocks, row-remap pending, processes left are evaluated
+    again each run; their drain action must not hold the node until reboot."""
+    for check, code, action in (("temperature", "GPU_TEMP", "drain"),
+                                ("clocks", "CLOCK_HW_SLOWDOWN", "drain"),
+                                ("row_remap", "ROW_REMAP_PENDING", "reset_gpu"),
+                                ("gpu_procs", "GPU_PROCS_LEFT", "drain")):
+        r = Result(check, "fail", code, "bad", device="gpu1", action=action)
+        assert ns.hold_for(rep(r)) is None, check

@@ -148,9 +148,11 @@ def test_exception_and_hang_restart_in_job(slurm, clean, tmp_path):  # type: ign
 
 
 def test_node_fault_elastic(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    # Long enough for the HealthCheckProgram (every 10 s here) to see the bad GPU and drain:
+    # the launcher learns of the fault from the hooks, not from the injector.
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=2"],
-                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",))
-    digest = fault_free(3, 10, tmp_path)  # 3 virtual shards, computed on 2 nodes after node3
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80)
+    digest = fault_free(3, 80, tmp_path)  # 3 virtual shards, computed on 2 nodes after node3
     job = wait_job(slurm, jid)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
@@ -176,8 +178,8 @@ def test_node_fault_requeue(slurm, clean, tmp_path):  # type: ignore[no-untyped-
     # A required node list that names node3: the requeue must drop node3 from it, or the job
     # would pend forever (ReqNodeList and ExcNodeList in conflict).
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2"],
-                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",))
-    digest = fault_free(3, 10, tmp_path)
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80)
+    digest = fault_free(3, 80, tmp_path)
     job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
@@ -364,7 +366,8 @@ def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],  # typ
     ckpt = os.path.join(work, "ckpt")
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
-            "--term-timeout=20", *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
+            "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
+            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
             *COMMON, *train]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:
@@ -389,11 +392,11 @@ def test_production_time_limit_as_user(prod, tmp_path):  # type: ignore[no-untyp
     jid, _, state, work = submit_as_user(prod, 2, ["--max-requeues=1"],
                                          ["--checkpoint-every=1000"], steps=50)
     assert s.job(jid).extra.get("user_name") == user.name
-    digest = fault_free(2, 50, tmp_path)
     wait_step(state, 15, timeout=300)
     res = user.run(sbx, ["scancel", "-b", "-s", "USR1", str(jid)], capture_output=True,
                    timeout=60)
     assert res.returncode == 0, res.stderr
+    digest = fault_free(2, 50, tmp_path)
     job = wait_job(s, jid, timeout=600)  # cred_expire=120 before the requeued job restarts
     log = prod_log(work, jid)
     assert job.state == "COMPLETED", log
@@ -418,7 +421,6 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
     sbx, s, user = prod
     jid, _, state, work = submit_as_user(prod, 3, ["--min-nodes=3", "--max-requeues=1"], [],
                                          steps=200)
-    digest = fault_free(3, 200, tmp_path)
     wait_step(state, 5, timeout=300)
     job = s.job(jid)
     bad = next(n for n in job.nodes if n != job.extra.get("batch_host"))
@@ -428,6 +430,7 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
         time.sleep(0.05)
     assert kinds(state, "requeue"), prod_log(work, jid)
     lifecycle.controller_stall(sbx.root, 40)  # > KillWait (30): the launcher is gone first
+    digest = fault_free(3, 200, tmp_path)  # while the requeued job waits out cred_expire
     held = []
     end = time.monotonic() + 600
     job = s.job(jid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ def test_up_srun_down_leaves_nothing() -> None:
     again = subprocess.run([*CLI, "sandbox", "status", "--dir", root], capture_output=True,
                            text=True)
     assert again.returncode != 0 and "Traceback" not in again.stderr
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_missing_slurm_says_what_to_install(monkeypatch, tmp_path) -> None:

@@ -62,23 +62,27 @@ def test_user_job_cannot_read_kernel_logs_or_hook_state(sandbox: Paths, job_user
     hook_files = [*inst.shims.values(), inst.config_path]
     nodes = [f"node{i}" for i in range(1, 5)]
     assert privileges.problems(sandbox, nodes, hook_files) == []
-    n1, n2 = sandbox.node_dir("node1"), sandbox.node_dir("node2")
-    assert os.path.getsize(f"{n2}/kernel.log") > 0  # root reads it: it is there
+    for n in nodes:
+        assert os.path.getsize(f"{sandbox.node_dir(n)}/kernel.log") > 0  # root reads them
+    nodes_dir = sandbox.p("nodes")
+    # Whichever node the job lands on: its own node's files and another node's.
+    where = (f'own={nodes_dir}/$SLURMD_NODENAME; other={nodes_dir}/node1; '
+             f'[ "$SLURMD_NODENAME" = node1 ] && other={nodes_dir}/node2; ')
     probes = {
-        "other-kernel-log": f"cat {n2}/kernel.log",
-        "own-kernel-log": f"cat {n1}/kernel.log",
-        "scenario": f"cat {n2}/scenario.toml",
-        "hook-state": f"ls {n1}/hooks",
-        "kernlog-position": f"ls {n1}/state",
+        "other-kernel-log": "cat $other/kernel.log",
+        "own-kernel-log": "cat $own/kernel.log",
+        "scenario": "cat $other/scenario.toml",
+        "hook-state": "ls $own/hooks",
+        "kernlog-position": "ls $own/state",
         "write-shim": f"echo x >> {inst.shims['prolog']}",
         "write-config": f"echo x >> {inst.config_path}",
     }
-    script = "; ".join(f"({cmd}) >/dev/null 2>&1 && echo {name}=allowed || echo {name}=denied"
-                       for name, cmd in probes.items())
+    script = where + "; ".join(
+        f"({cmd}) >/dev/null 2>&1 && echo {name}=allowed || echo {name}=denied"
+        for name, cmd in probes.items())
     out = job_user.make_dir()
-    res = job_user.run(sandbox, ["sbatch", "--parsable", "-N1", "-w", "node1", "-o",
-                                 f"{out}/%j.out", "--wrap", f"id -un; {script}"],
-                       capture_output=True, timeout=60)
+    res = job_user.run(sandbox, ["sbatch", "--parsable", "-N1", "-o", f"{out}/%j.out",
+                                 "--wrap", f"id -un; {script}"], capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr
     job = res.stdout.strip()
     deadline = time.monotonic() + 60
@@ -131,19 +135,30 @@ def test_up_twice_on_one_directory_and_after_an_unclean_stop(sandbox_dir: str) -
         res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
         assert res.returncode == 0, res.stderr
         assert cli("down", "--dir", sandbox_dir).returncode == 0
-    assert cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir).returncode == 0
+    assert cli("up", "--nodes", "2", "--no-hooks", "--dir", sandbox_dir).returncode == 0
     # Unclean stop, daemons still running (e.g. the caller was killed): say what to do.
     res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert f"resilient-slurm sandbox down --dir {paths.root}" in res.stderr
-    # Unclean stop, every daemon killed outright: up works again.
+    # Unclean stop, every daemon killed outright while a job runs on node2: up (now without
+    # node2, whose slurmd would otherwise clean up) works and ends the orphaned job processes.
+    job = lifecycle.run_as_user(sandbox_dir, ["sbatch", "-N1", "-w", "node2", "-o", "/dev/null",
+                                              "--wrap", "sleep 600"], capture_output=True)
+    assert job.returncode == 0, job.stderr
+    deadline = time.monotonic() + 30
+    while not members(paths).jobs:
+        assert time.monotonic() < deadline, "the job's processes never appeared"
+        time.sleep(0.2)
     for pid in members(paths).daemons:
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while members(paths).all() and time.monotonic() < deadline:
+    while members(paths).daemons and time.monotonic() < deadline:
         time.sleep(0.1)
+    orphans = members(paths).jobs + members(paths).step_daemons
+    assert orphans  # what a crash leaves behind
     res = cli("up", "--nodes", "1", "--no-hooks", "--dir", sandbox_dir)
     assert res.returncode == 0, res.stderr
+    assert not [p for p in orphans if p in all_procs()]
     assert cli("down", "--dir", sandbox_dir).returncode == 0
 
 

@@ -1,0 +1,76 @@
+"""Issue 12 on the real sandbox: a stalled controller, RPC cost."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from resilient_slurm.sandbox.cluster import read_meta
+
+from .test_hooks_cluster import events, fault, restore, run_health_as_slurm, submit
+
+pytestmark = pytest.mark.slurm
+
+
+def slurmctld_pid(sandbox) -> int:  # type: ignore[no-untyped-def]
+    for pid in read_meta(sandbox).get("pids", []):  # type: ignore[union-attr]
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == "slurmctld":
+                return int(pid)
+        except OSError:
+            continue
+    raise AssertionError("slurmctld of this sandbox not found")
+
+
+def test_healthy_health_run_exits_0_while_the_controller_is_stalled(sandbox, slurm) -> None:
+    """Item 1: a healthy run asks Slurm nothing, so a stalled controller cannot fail it."""
+    pid = slurmctld_pid(sandbox)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        done = run_health_as_slurm(sandbox, "node1")
+        elapsed = time.monotonic() - start
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    assert elapsed < 20, f"{elapsed:.1f}s: longer than the health budget"  # config: 20 s
+
+
+def _rpc_counts() -> dict[str, int]:
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ}).stdout
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"^\s*([A-Z_]+)\s+\(\s*\d+\)\s+count:(\d+)", out, re.MULTILINE)}
+
+
+def test_hooks_make_no_node_table_rpcs(sandbox, slurm, tmp_path, monkeypatch) -> None:
+    """Item 5: healthy health runs, prologs and epilogs: zero full node-table RPCs and, on
+    healthy nodes, no single-node query either; a node that must be drained asks about
+    itself only (REQUEST_NODE_INFO_SINGLE)."""
+    monkeypatch.setenv("SLURM_CONF", sandbox.conf)
+    subprocess.run(["sdiag", "--reset"], check=True, capture_output=True, timeout=30)
+    jid = submit(slurm, sandbox, tmp_path, "hostname", "-N2")
+    for _ in range(3):
+        for node in ("node1", "node2", "node3", "node4"):
+            assert run_health_as_slurm(sandbox, node).returncode == 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(
+            [e for e in events(sandbox, job=jid) if e["kind"] == "verdict"]) < 4:
+        time.sleep(0.5)  # prolog + epilog verdicts on both nodes (no Slurm query to wait)
+    counts = _rpc_counts()
+    assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
+    assert counts.get("REQUEST_NODE_INFO_SINGLE", 0) == 0, counts
+    assert counts.get("REQUEST_SUBMIT_BATCH_JOB", 0) >= 1, counts  # sdiag did count
+    fault(sandbox, "node3", "xid79")
+    try:
+        assert run_health_as_slurm(sandbox, "node3").returncode == 1
+        counts = _rpc_counts()
+        assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
+        assert counts.get("REQUEST_NODE_INFO_SINGLE", 0) >= 1, counts
+    finally:
+        restore(sandbox, slurm, "node3")
