@@ -52,7 +52,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
 
     user = lifecycle.job_user(c.root)
     d = os.path.join(base, f"{n}-{mode}")
-    lifecycle.make_user_dir(d, user.name, mode=0o755)
+    lifecycle.make_user_dir(d, user, mode=0o755)
     ckpt = os.path.join(d, "ckpt")
     events = os.path.join(ckpt, ".resilient", "events.jsonl")
     min_nodes = n - 1 if mode == "in-allocation" else n
@@ -140,7 +140,7 @@ def run(sizes: list[int], profile: str, work: str, hb: float = 20.0) -> dict[str
             os.makedirs(lost, exist_ok=True)
             os.chmod(lost, 0o755)
             base = os.path.join(lifecycle.job_user(root).work_dir, "curve")
-            lifecycle.make_user_dir(base, lifecycle.job_user(root).name, mode=0o755)
+            lifecycle.make_user_dir(base, lifecycle.job_user(root), mode=0o755)
             interval = lifecycle.sandbox_timing(root).health_interval
             point: dict[str, Any] = {"nodes": n, "sandbox_up_s": round(up_s, 1),
                                      "timing": asdict(lifecycle.sandbox_timing(root)),

@@ -48,6 +48,7 @@ class Workload:
     fault_seed: int = 265
     fault_types: str = "exception,hang,sigkill,node"
     fault_weights: str = "0.4,0.2,0.2,0.2"
+    threads: int | None = None  # CPU threads per rank (None: the training's default)
 
     def train_args(self, ckpt: str, faults: bool = True, sync: bool = False) -> list[str]:
         args = ["--steps", str(self.steps), "--checkpoint-dir", ckpt,
@@ -55,6 +56,8 @@ class Workload:
                 str(self.step_sleep), "--seed", str(self.seed), "--log-every", "1"]
         if sync:
             args.append("--sync-checkpoint")
+        if self.threads:
+            args += ["--threads", str(self.threads)]
         if faults:
             args += ["--fault-count", str(self.fault_count), "--fault-seed", str(self.fault_seed),
                      "--fault-types", self.fault_types,
