@@ -4,9 +4,10 @@ Per size N (a sandbox of N + 1 nodes, one spare), two jobs of ``bench/light_work
 heartbeats and step reports, no model) under ``resilient-launch`` as the job user:
 
 * ``in-allocation`` (``--min-nodes N-1``): submission -> first step; the hooks' controller
-  RPCs (``sdiag``, served to root: the prolog, epilog and HealthCheckProgram; the harness
-  issues none of these types) per healthy node per health interval, over a healthy window of
-  two intervals; the launcher's own RPCs (served to the job user) in the same window; then a
+  RPCs (``sdiag``: node, partition and job queries and node updates, less every RPC of the job
+  user; the harness sleeps through the window) per healthy node per health interval, over a
+  healthy window of two intervals; the launcher's own RPCs (all RPCs of the job user, by
+  type in ``by_type``) per interval in the same window; then a
   node fault (simulated GPU lost, the worker there killed, a restart there fails) and from it:
   the launcher's blame (evidence gathered: the verdict the HealthCheckProgram published) and
   the first step after the elastic relaunch without the node;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ from compare import NodeFault
 from harness import BIN, REPO
 
 LIGHT = REPO / "bench" / "light_worker.py"
+QUERY_TYPES = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_UPDATE_NODE",
+               "REQUEST_PARTITION_INFO", "REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE")
 
 
 def _events(path: str) -> list[dict[str, Any]]:
@@ -86,8 +90,11 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
         interval = lifecycle.sandbox_timing(c.root).health_interval
         with lifecycle.rpc_window(c.root) as w:
             time.sleep(window_s)
-        hooks = sum(w.delta.by_type.get(t, 0) for t in (
-            "REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_UPDATE_NODE"))
+        # sdiag counts by type and by user, not both: the hooks (root) share the query types
+        # with the launcher (the job user), so the hooks' share is the query RPCs less every
+        # RPC of the job user (all of whose RPCs are queries or its own requeue/update)
+        query = sum(w.delta.by_type.get(t, 0) for t in QUERY_TYPES)
+        hooks = max(0, query - w.delta.by_user.get(user.name, 0))
         out["rpc"] = {"window_s": window_s, "health_interval_s": interval,
                       "by_type": dict(w.delta.by_type), "by_user": dict(w.delta.by_user),
                       "hooks_node_rpcs": hooks,
@@ -124,7 +131,9 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
     return out
 
 
-def run(sizes: list[int], profile: str, work: str, hb: float = 20.0) -> dict[str, Any]:
+def run(sizes: list[int], profile: str, work: str, hb: float = 20.0,
+        saved: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every size in turn; ``saved`` gets the results so far after each size."""
     from resilient_slurm.sandbox import lifecycle
 
     res: dict[str, Any] = {"section": f"cost-curve-{profile}", "profile": profile,
@@ -154,6 +163,8 @@ def run(sizes: list[int], profile: str, work: str, hb: float = 20.0) -> dict[str
                 point[mode] = r
             point["memory"] = lifecycle.memory_summary(root)
         res["points"].append(point)
+        if saved is not None:
+            saved(res)
     res["load_avg_at_end"] = [round(x, 1) for x in os.getloadavg()]
     res["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return res

@@ -182,9 +182,12 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
         import cost_curve
 
         sizes = [int(x) for x in a.sizes.split(",")]
-        res = cost_curve.run(sizes, a.curve_profile, sub, hb=a.heartbeat)
-        res["fits"] = curve_fits(res)
-        save(out, name, res)
+
+        def partial(res: dict[str, Any]) -> None:  # after each size: nothing measured is lost
+            res["fits"] = curve_fits(res)
+            save(out, name, {**res, "partial": len(res["points"]) < len(sizes)})
+
+        partial(cost_curve.run(sizes, a.curve_profile, sub, hb=a.heartbeat, saved=partial))
     elif name == "hooks":
         with harness.sandbox(os.path.join(sub, "sandbox")) as c:
             save(out, name, {"section": name, "load_avg_at_start": load, **hooks_cost(c)})

@@ -73,3 +73,30 @@ def test_render_all_writes_tables_projection_and_charts(tmp_path) -> None:  # ty
     assert (tmp_path / "chart.png").stat().st_size > 1000
     assert (tmp_path / "projection.txt").exists() and (tmp_path / "plan-inputs.json").exists()
     assert "wall +3.0%" in md
+
+
+def curve() -> dict[str, object]:
+    pts = []
+    for n in (4, 8, 16, 32):
+        pts.append({"nodes": n, "in-allocation": {
+            "submit_to_first_step_s": 20 + 2.0 * n, "fault_to_blame_s": 12.0,
+            "fault_to_resumed_s": 30 + 0.5 * n,
+            "rpc": {"hooks_per_node_per_interval": 0.0, "job_user_per_interval": 2.0}},
+            "by requeue": {"fault_to_resumed_s": 150.0}})
+    return {"section": "cost-curve", "profile": "fast", "points": pts}
+
+
+def test_cost_curve_fits_table_and_chart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import run_all
+
+    sec = curve()
+    sec["fits"] = run_all.curve_fits(sec)
+    f = sec["fits"]
+    assert f["in-allocation fault_to_blame_s"]["growth"] == "constant"
+    assert f["by requeue fault_to_resumed_s"]["growth"] == "constant"
+    assert f["in-allocation submit_to_first_step_s"]["slope"] == 2.0
+    assert f["in-allocation submit_to_first_step_s"]["growth"] in ("sublinear", "linear")
+    (tmp_path / "cost-curve.json").write_text(json.dumps(sec))
+    md = render.render_all(tmp_path)
+    assert "| submission -> first step | 28 | 36 | 52 | 84 |" in md
+    assert (tmp_path / "cost-curve.png").stat().st_size > 1000
