@@ -22,6 +22,7 @@ bound on the software's own growth.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -55,7 +56,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
     from resilient_slurm.sandbox import lifecycle
 
     user = lifecycle.job_user(c.root)
-    d = os.path.join(base, f"{n}-{mode}")
+    d = os.path.join(base, f"{n}-{mode.replace(' ', '-')}")
     lifecycle.make_user_dir(d, user, mode=0o755)
     ckpt = os.path.join(d, "ckpt")
     events = os.path.join(ckpt, ".resilient", "events.jsonl")
@@ -68,7 +69,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
             f"--checkpoint-dir={ckpt}", str(LIGHT), "--steps=100000",
             "--step-time=0.5", f"--checkpoint-dir={ckpt}"]
     Path(script).write_text("#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
-                            "exec " + " ".join(argv) + "\n")
+                            "exec " + shlex.join(argv) + "\n")
     os.chown(script, user.uid, user.gid)
     out: dict[str, Any] = {"nodes": n, "mode": mode}
     t_sub = time.time()
@@ -136,7 +137,7 @@ def run(sizes: list[int], profile: str, work: str, hb: float = 20.0,
     """Every size in turn; ``saved`` gets the results so far after each size."""
     from resilient_slurm.sandbox import lifecycle
 
-    res: dict[str, Any] = {"section": f"cost-curve-{profile}", "profile": profile,
+    res: dict[str, Any] = {"section": "cost-curve", "profile": profile,
                            "heartbeat_timeout_s": hb, "points": [],
                            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "load_avg_at_start": [round(x, 1) for x in os.getloadavg()]}

@@ -166,5 +166,5 @@ def render(rows: list[Projection], inp: Inputs) -> str:
     ]
     for p in rows:
         lines.append(f"{p.gpus:>7} {p.nodes:>6} {p.mtbf_s / 3600:>8.2f}h {p.tau_s / 60:>6.1f}m  "
-                     f"{p.mechanism:<18} {p.recovery_s:>6.0f}s {p.goodput:>8.1%}")
+                     f"{p.mechanism:<34} {p.recovery_s:>6.0f}s {p.goodput:>8.1%}")
     return "\n".join(lines)
