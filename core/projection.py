@@ -161,7 +161,7 @@ def render(rows: list[Projection], inp: Inputs) -> str:
                                  for c, v in per.items())
             for m, per in inp.costs.items()),
         "",
-        f"{'GPUs':>7} {'nodes':>6} {'MTBF M':>9} {'tau':>7}  {'mechanism':<18} {'R avg':>7} "
+        f"{'GPUs':>7} {'nodes':>6} {'MTBF M':>9} {'tau':>7}  {'mechanism':<34} {'R avg':>7} "
         f"{'goodput':>8}",
     ]
     for p in rows:
