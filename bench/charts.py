@@ -45,7 +45,7 @@ def curve_chart(sec: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
     from render import CURVE_METRICS, metric
 
-    pts = sec["points"]
+    pts = sorted(sec["points"], key=lambda p: p["nodes"])
     ns = [p["nodes"] for p in pts]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for mode, key, label in CURVE_METRICS:

@@ -173,7 +173,7 @@ def metric(point: dict[str, Any], mode: str, key: str) -> float | None:
 
 
 def curve_md(sec: dict[str, Any]) -> list[str]:
-    pts = sec["points"]
+    pts = sorted(sec["points"], key=lambda p: p["nodes"])
     lines = ["### cost-curve", "",
              f"Measured {sec.get('started', '?')} to {sec.get('finished', '?')}; load average "
              f"{sec.get('load_avg_at_start')} at start, {sec.get('load_avg_at_end')} at end. "
