@@ -37,3 +37,29 @@ def test_same_hang_timeout_for_every_mechanism() -> None:
     assert compare.script_and_env("ft_launcher", 20, "/ev")[0].name == "ft-launcher.sbatch"
     text = compare.script_and_env("ft_launcher", 20, "/ev")[0].read_text()
     assert "scontrol requeue" in text  # the requeue-on-failure batch script, not a straw man
+
+
+def test_worker_pids_finds_only_that_jobs_worker_on_that_node(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+
+    script = tmp_path / "gated_train.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    env = {**os.environ, "SLURM_JOB_ID": "424242", "SLURMD_NODENAME": "nodeX"}
+    p = subprocess.Popen([sys.executable, "-u", str(script)], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              "gated_train.py"], env=env)  # not the script python runs
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not compare.worker_pids(424242, "nodeX"):
+            time.sleep(0.1)
+        assert compare.worker_pids(424242, "nodeX") == [p.pid]
+        assert compare.worker_pids(424242, "nodeY") == []
+        assert compare.worker_pids(424243, "nodeX") == []
+    finally:
+        p.kill()
+        other.kill()
+        p.wait()
+        other.wait()
