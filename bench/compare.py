@@ -259,7 +259,7 @@ def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 18
     """All five mechanisms at the same time, on disjoint nodes of one sandbox."""
     wl = workload(density)
     prod = profile == "production"
-    bounds = {"srun-torchrun": 600, "resilient-launch (no faults)": 600,
+    bounds = {"srun-torchrun": 1500, "resilient-launch (no faults)": 1500,
               "baseline": 2400 if prod else 1200, "ft_launcher": 1800 if prod else 900,
               "resilient-launch": 1500 if prod else 720}
     res: dict[str, Any] = {
