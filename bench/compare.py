@@ -170,6 +170,7 @@ class Job:
     state: str = "?"
     timed_out: bool = False
     ended: float = 0.0
+    info: Any = None  # the job as last seen while it ran (Slurm forgets it MinJobAge later)
 
 
 def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lost_dir: str,
@@ -207,7 +208,8 @@ def wait_all(c: harness.Cluster, jobs: list[Job]) -> None:
             if j.node_fault is not None:
                 j.node_fault.poll()
             try:
-                j.state = c.slurm.job(j.jid).state
+                j.info = c.slurm.job(j.jid)
+                j.state = j.info.state
             except Exception:  # noqa: BLE001 - a busy or stalled controller: ask again
                 continue
             if j.state in harness.TERMINAL:
@@ -221,12 +223,13 @@ def wait_all(c: harness.Cluster, jobs: list[Job]) -> None:
         time.sleep(1)
 
 
-def summarize(c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str, Any]:
+def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str, Any]:
     extra = [j.node_fault.fired] if j.node_fault and j.node_fault.fired else []
     sched = wl.schedule() if j.mech not in FAULT_FREE else []
-    info = c.slurm.job(j.jid)
+    info = j.info  # never ask Slurm after the end: it forgets finished jobs after MinJobAge
     r = harness.summarize(j.mech, j.jid, j.events, j.state, j.timed_out, j.ended - j.submitted,
-                          sched, info.restart_count, sorted(info.excluded),
+                          sched, info.restart_count if info else -1,
+                          sorted(info.excluded) if info else [],
                           submitted=j.submitted, extra=extra)
     out = {**asdict(r), "outcomes": harness.outcome_order(r),
            "timeline": timeline(j.events, j.submitted, extra)}
