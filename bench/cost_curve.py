@@ -117,7 +117,11 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
     while time.time() < deadline and resumed is None:
         evs = _events(events)
         blame = blame or _first(evs, t_f, "blame")
-        back = _first(evs, t_f, "resume", source="training")  # the relaunched rank 0
+        # recovered = the first step after the relaunch without the node (elastic) or after the
+        # requeue; an in-job restart on the same nodes before that does not count (rank 0 of
+        # the light worker, having no collectives, steps on while the bad node's rank fails)
+        moved = _first(evs, t_f, "exclude") or _first(evs, t_f, "requeue")
+        back = _first(evs, moved, "resume", source="training") if moved else None
         resumed = _first(evs, back, "progress") if back else None
         time.sleep(0.5)
     evs = _events(events)
