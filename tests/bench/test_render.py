@@ -100,3 +100,15 @@ def test_cost_curve_fits_table_and_chart(tmp_path) -> None:  # type: ignore[no-u
     md = render.render_all(tmp_path)
     assert "| submission -> first step | 28 | 36 | 52 | 84 |" in md
     assert (tmp_path / "cost-curve.png").stat().st_size > 1000
+
+
+def test_projection_uses_the_cost_curve_for_in_allocation_node_faults() -> None:
+    import run_all
+
+    c = curve()
+    c["fits"] = run_all.curve_fits(c)
+    inp = render.plan_inputs({"compare-production-sparse": section(), "cost-curve": c})
+    assert inp is not None
+    row = inp["mechanisms"]["resilient-launch (node faults in-allocation)"]
+    assert row["node"] == {"base_s": 30.0, "per_node_s": 0.5}  # the curve's line 30 + 0.5 n
+    assert row["hang"] == {"base_s": 25.0}  # other classes as measured in the comparison
