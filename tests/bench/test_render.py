@@ -82,7 +82,7 @@ def curve() -> dict[str, object]:
             "submit_to_first_step_s": 20 + 2.0 * n, "fault_to_blame_s": 12.0,
             "fault_to_resumed_s": 30 + 0.5 * n,
             "rpc": {"hooks_per_node_per_interval": 0.0, "job_user_per_interval": 2.0}},
-            "by requeue": {"fault_to_resumed_s": 150.0}})
+            "by requeue": {"fault_to_resumed_s": 150.0}, "timing": {"health_interval": 10}})
     return {"section": "cost-curve", "profile": "fast", "points": pts}
 
 
@@ -110,5 +110,6 @@ def test_projection_uses_the_cost_curve_for_in_allocation_node_faults() -> None:
     inp = render.plan_inputs({"compare-production-sparse": section(), "cost-curve": c})
     assert inp is not None
     row = inp["mechanisms"]["resilient-launch (node faults in-allocation)"]
-    assert row["node"] == {"base_s": 30.0, "per_node_s": 0.5}  # the curve's line 30 + 0.5 n
+    # the curve's smallest size (30 + 0.5 x 4) + (30 - 10) s: production's health interval
+    assert row["node"] == {"base_s": 52.0}
     assert row["hang"] == {"base_s": 25.0}  # other classes as measured in the comparison
