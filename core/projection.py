@@ -161,10 +161,10 @@ def render(rows: list[Projection], inp: Inputs) -> str:
                                  for c, v in per.items())
             for m, per in inp.costs.items()),
         "",
-        f"{'GPUs':>7} {'nodes':>6} {'MTBF M':>9} {'tau':>7}  {'mechanism':<34} {'R avg':>7} "
+        f"{'GPUs':>7} {'nodes':>6} {'MTBF M':>9} {'tau':>7}  {'mechanism':<44} {'R avg':>7} "
         f"{'goodput':>8}",
     ]
     for p in rows:
         lines.append(f"{p.gpus:>7} {p.nodes:>6} {p.mtbf_s / 3600:>8.2f}h {p.tau_s / 60:>6.1f}m  "
-                     f"{p.mechanism:<34} {p.recovery_s:>6.0f}s {p.goodput:>8.1%}")
+                     f"{p.mechanism:<44} {p.recovery_s:>6.0f}s {p.goodput:>8.1%}")
     return "\n".join(lines)
