@@ -187,7 +187,7 @@ class HealthConfig:
                                       f"action must be one of {', '.join(sorted(actions))}")
 
 
-# GPU generations with a shipped Xid policy (healthcheck/policy/<generation>.toml).
+# GPU generations with a shipped Xid policy (healthcheck/xid_policies/<generation>.toml).
 GPU_GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 
 

@@ -1,7 +1,7 @@
 """Xid policy as data: per-generation maps from Xid to action, with boot-noise lists.
 
-Shipped maps: one base table ``healthcheck/policy/base.toml`` (one entry per Xid, each with its
-catalog source) and per generation only the differences (``<generation>.toml``); the site's
+Shipped maps: one base table ``healthcheck/xid_policies/base.toml`` (one entry per Xid, each
+with its catalog source) and per generation only the differences (``<generation>.toml``); the site's
 ``[health.xid_overrides.<generation>]`` and ``[health.boot_noise]`` change them. Fail closed:
 an Xid missing from the map, or any Xid on a GPU whose generation is unknown, gets action
 ``drain`` (without a hold: ``XidRule.mapped`` is False).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from resilient_slurm.config import HealthConfig, tomllib
 
-POLICY_DIR = os.path.join(os.path.dirname(__file__), "policy")
+POLICY_DIR = os.path.join(os.path.dirname(__file__), "xid_policies")
 GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 
 # Actions by severity; the worst one in a set of Xids wins.
@@ -140,7 +140,7 @@ class EfaRule:
 
 @functools.lru_cache(maxsize=1)
 def efa_rules() -> tuple[EfaRule, ...]:
-    """Fatal EFA driver phrases and their actions (``policy/efa.toml``), longest first."""
+    """Fatal EFA driver phrases and their actions (``xid_policies/efa.toml``), longest first."""
     path = os.path.join(POLICY_DIR, "efa.toml")
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
