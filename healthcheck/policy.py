@@ -14,10 +14,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from resilient_slurm.config import HealthConfig, tomllib
+from resilient_slurm.config import tomllib
+from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 
 POLICY_DIR = os.path.join(os.path.dirname(__file__), "xid_policies")
-GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 
 # Actions by severity; the worst one in a set of Xids wins.
 ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboot": 4}
@@ -35,7 +35,7 @@ _ARCH = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell"}
 
 def generation_of(name: str | None, architecture: int | str | None = None) -> str:
     """``ampere|hopper|blackwell``, or ``""`` when unknown (callers fail closed)."""
-    if isinstance(architecture, str) and architecture in GENERATIONS:
+    if isinstance(architecture, str) and architecture in GPU_GENERATIONS:
         return architecture
     if isinstance(architecture, int) and architecture in _ARCH:
         return _ARCH[architecture]
@@ -99,7 +99,7 @@ def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
 
 def load_policy(generation: str, cfg: HealthConfig) -> XidPolicy:
     """The effective policy for ``generation`` (shipped file + site overrides)."""
-    if generation not in GENERATIONS:
+    if generation not in GPU_GENERATIONS:
         return XidPolicy("")
     shipped, noise = _load_shipped(generation)
     rules = dict(shipped)
