@@ -224,12 +224,12 @@ def load_config(path: str | None = None, *, env: Mapping[str, str] | None = None
     _import_sections()
     env = os.environ if env is None else env
     explicit = path or env.get(ENV_PATH) or None
-    source = explicit or DEFAULT_PATH
+    path_read = explicit or DEFAULT_PATH
+    source: str | None = None
     data: dict[str, Any] = {}
-    if explicit or os.path.exists(source):
-        data = _read_file(source)
-    else:
-        source = None  # type: ignore[assignment]
+    if explicit or os.path.exists(path_read):
+        data = _read_file(path_read)
+        source = path_read
     for name in data:
         if name not in _SECTIONS:
             raise ConfigError(name, f"unknown section (known: {', '.join(sorted(_SECTIONS))})")

@@ -6,6 +6,7 @@ validation rules live in ``resilient_slurm.config``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from resilient_slurm.config import ConfigError, check_finite, register_section
@@ -112,9 +113,10 @@ class HealthConfig:
             raise ConfigError("health.dcgm_diag_level", "must be 1, 2, 3 or 4")
         actions = {"ignore", "restart_app", "reset_gpu", "reboot", "drain"}
         gens = GPU_GENERATIONS
-        for where, table in (("xid_overrides", self.xid_overrides),
-                             ("boot_noise", self.boot_noise)):
-            for gen in table:
+        named: tuple[tuple[str, Mapping[str, object]], ...] = (
+            ("xid_overrides", self.xid_overrides), ("boot_noise", self.boot_noise))
+        for where, by_generation in named:
+            for gen in by_generation:
                 if gen not in gens:
                     raise ConfigError(f"health.{where}.{gen}", f"unknown GPU generation "
                                       f"{gen!r} (known: {', '.join(gens)})")

@@ -13,6 +13,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from resilient_slurm.config import tomllib
 from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
@@ -72,7 +73,7 @@ class XidPolicy:
         return found
 
 
-def _rules(path: str, data: dict) -> dict[int, XidRule]:  # type: ignore[type-arg]
+def _rules(path: str, data: dict[str, Any]) -> dict[int, XidRule]:
     rules = {}
     for key, entry in data.get("xid", {}).items():
         action = entry["action"]

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from resilient_slurm import fsutil, proc
-from resilient_slurm.config import ConfigError, load_config
+from resilient_slurm.config import Config, ConfigError, load_config
 
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
@@ -155,7 +155,7 @@ def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
     return problems
 
 
-def profile_problems(config, slurm_conf: str) -> list[str]:  # type: ignore[no-untyped-def]
+def profile_problems(config: Config, slurm_conf: str) -> list[str]:
     """Nodes of slurm.conf that no profile matches (their runs would be ``unknown``)."""
     from resilient_slurm.healthcheck.profiles import select_profile
     from resilient_slurm.slurm.hostlist import HostlistError, expand

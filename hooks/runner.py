@@ -85,7 +85,8 @@ def with_budget(config: Config, budget_s: float) -> Config:
 
 
 def hooks_cfg(config: Config) -> HooksConfig:
-    return config.section("hooks")  # type: ignore[no-any-return]
+    hooks: HooksConfig = config.section("hooks")
+    return hooks
 
 
 def state_path(config: Config, name: str) -> str:

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
     relay = None
-    if watch and child.stderr is not None:
+    if watch and events_file and child.stderr is not None:
         relay = threading.Thread(target=relay_stderr, daemon=True,
                                  args=(child.stderr, EventLog(events_file, "node", node=node)))
         relay.start()
