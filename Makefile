@@ -3,13 +3,17 @@ SHELL := /bin/bash
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test typecheck lint demo bench clean
 
 setup:
 	@scripts/setup.sh
 
-test: setup
+test: setup typecheck
 	RESILIENT_REQUIRE_SLURM=1 $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
+
+# mypy on the installed package (the strict editable link tree: first-party imports resolve).
+typecheck: setup
+	$(VENV)/bin/mypy -p resilient_slurm
 
 lint: setup
 	$(VENV)/bin/ruff check .
