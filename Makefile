@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck lint demo bench clean
+.PHONY: setup test typecheck test-slurm24 lint demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -14,6 +14,11 @@ test: setup typecheck
 # mypy on the installed package (the strict editable link tree: first-party imports resolve).
 typecheck: setup
 	$(VENV)/bin/mypy -p resilient_slurm
+
+# The Slurm-facing tests again on Slurm 24.11 + nvidia-resiliency-ext 0.6 in a cached Debian 13
+# root (docs/slurm-versions.md); needs root, debootstrap (installed if missing) and Python 3.11.
+test-slurm24:
+	scripts/slurm24/stage.sh $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

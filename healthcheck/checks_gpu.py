@@ -88,7 +88,32 @@ def per_gpu(check: str, snap: GpuSnapshot, field: str, judge: Judge, ok_reason: 
         r = judge(gpu, gpu.values[field])
         if r is not None:
             found.append(r)
-    return found or [Result(check, OK, "OK", ok_reason)]
+    return found or [Result(check, OK, "OK", ok_reason, values_seen(snap, field))]
+
+
+_SHOW: dict[str, Callable[[Any], str]] = {
+    "ecc": lambda v: f"volatile={v[0]} aggregate={v[1]}",
+    "remapped_rows": lambda v: f"correctable={v[0]} uncorrectable={v[1]} pending={v[2]} "
+                               f"failure={v[3]}",
+    "retired_pages": lambda v: f"dbe_pages={v[0]} pending={v[1]}",
+    "clock_reasons": lambda v: f"0x{int(v):x}",
+    "temperature": lambda v: f"{v}C",
+    "nvlink": lambda v: f"{sum(1 for up in v if up)}/{len(v)} up",
+    "pcie": lambda v: f"gen{v[0]} x{v[1]} (max gen{v[2]} x{v[3]})",
+}
+
+
+def values_seen(snap: GpuSnapshot, field: str) -> str:
+    """What NVML said for ``field`` on each GPU (``clock_reasons: gpu0 0x1; gpu1 0x1``): an ok
+    result's evidence, so a report shows the values it judged, not only the verdict."""
+    show = _SHOW.get(field, str)
+    parts = []
+    for gpu in snap.gpus:
+        if field in gpu.values:
+            parts.append(f"gpu{gpu.index} {show(gpu.values[field])}")
+        elif field in gpu.errors:
+            parts.append(f"gpu{gpu.index} {gpu.errors[field]}")
+    return f"{field}: " + "; ".join(parts) if parts else ""
 
 
 def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: str = "",

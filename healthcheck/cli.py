@@ -113,16 +113,30 @@ def no_subcommand(ctx: click.Context) -> None:
 def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
           metrics_file: str | None, simulate: str | None, config_path: str | None,
           node: str | None, gpus: str | None) -> None:
-    """Run the checks once and report. Exit 0 ok/warn, 1 fail, 3 unknown, 2 usage/config."""
+    """Run the checks once and report. Exit 0 ok/warn, 1 fail, 3 unknown, 2 usage/config.
+
+    \b
+    Fault injection (tests, the GPU proof): RESILIENT_HEALTH_NVML_FAULT=hang makes the NVML
+    seam's temperature call hang after the real init and device count (hang:<call> picks
+    another call); the NVML checks must then end `unknown` within the timeouts.
+    """
     from .engine import run_checks
+    from .fakes import NVML_FAULT_ENV, HangingNvml, nvml_fault
     from .metrics import write_metrics
 
+    try:
+        hang_call = nvml_fault(os.environ.get(NVML_FAULT_ENV))
+    except ValueError as exc:
+        click.echo(f"resilient-health: {exc}", err=True)
+        sys.exit(2)
+    wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None  # type: ignore[arg-type,return-value]
     try:
         config = load_config(config_path)
         report = run_checks(config, check_set=check_set,
                             only=_names(only),
                             profile=profile, simulate=simulate, node=node,
-                            gpu_indices=_indices(gpus), started=process_started())
+                            gpu_indices=_indices(gpus), started=process_started(),
+                            gpu_wrapper=wrapper)
     except ConfigError as exc:
         _config_error(exc)
         return
@@ -141,6 +155,71 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+@main.command("genconf")
+@click.option("--name", help="Profile name (default <count>x-<gpu name>, e.g. 8x-nvidia-h100).")
+@click.option("--match", multiple=True, help="Node-name glob that selects it (repeatable).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Write the profile here (atomically) instead of standard output.")
+@click.option("--force", is_flag=True, help="Write it even when the node shows problems.")
+@click.option("--simulate", help="Scenario name or path: simulated hardware, not this machine.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Config file (for sysfs_root, tool_path, nvml_timeout_s).")
+@click.option("--node", help="Node name for the header (default $SLURMD_NODENAME or hostname).")
+def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, force: bool,
+                simulate: str | None, config_path: str | None, node: str | None) -> None:
+    """Write a profile from this (known-good) node's hardware, as NHC's nhc-genconf.
+
+    \b
+    Records GPU count and generation, NVLinks up per GPU, NVSwitch fabric, PCIe capability,
+    EFA adapters and InfiniBand ports (all must be ACTIVE) with their lowest rate, and
+    whether dcgmi / fi_info are installed. Exit 0 written; 1 the node shows problems (a
+    down link, an NVML error, unequal GPUs: nothing written without --force); 3 NVML did
+    not answer; 2 usage or configuration error.
+    """
+    from resilient_slurm import fsutil
+
+    from .genconf import CannotObserve, default_name, observe, render
+    from .nvml import NvmlBackend
+    from .simulate import default_node, resolve_scenario
+
+    try:
+        config = load_config(config_path)
+        cfg = config.health
+        node = node or default_node()
+        scenario = resolve_scenario(config, simulate, node)
+        if scenario is None:
+            gpu, sysfs_root, tool_path = NvmlBackend(), cfg.sysfs_root, cfg.tool_path
+        else:
+            sysfs_root, bindir = scenario.materialize()
+            gpu, tool_path = scenario.gpu_backend(), f"{bindir}:/usr/bin:/bin"
+        obs = observe(gpu, sysfs_root, tool_path, cfg.nvml_timeout_s)
+        text = render(name or default_name(obs), obs, node, list(match))
+    except ConfigError as exc:
+        _config_error(exc)
+        return
+    except CannotObserve as exc:
+        click.echo(f"resilient-health genconf: cannot read the GPUs: {exc}", err=True)
+        sys.stdout.flush()
+        os._exit(3)  # a hung NVML thread may still be blocked: do not wait for it
+    for note in obs.notes:
+        click.echo(f"resilient-health genconf: note: {note}", err=True)
+    for problem in obs.problems:
+        click.echo(f"resilient-health genconf: PROBLEM: {problem}", err=True)
+    if obs.problems and not force:
+        click.echo("resilient-health genconf: this node is not known-good; nothing written "
+                   "(--force writes it anyway)", err=True)
+        sys.exit(1)
+    if output:
+        try:
+            fsutil.atomic_write(output, text)
+        except OSError as exc:
+            click.echo(f"resilient-health genconf: cannot write {output}: {exc}", err=True)
+            sys.exit(2)
+        click.echo(f"resilient-health genconf: wrote profile to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @main.command("scenarios")

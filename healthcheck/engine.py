@@ -111,12 +111,14 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
                profile: str | None = None, simulate: str | None = None, node: str | None = None,
                gpu_indices: list[int] | None = None,
                since_position: dict[str, Any] | None = None,
-               started: float | None = None) -> Report:
+               started: float | None = None,
+               gpu_wrapper: Callable[[GpuBackend], GpuBackend] | None = None) -> Report:
     """Run a check set on this node and return the :class:`Report` (never raises for hardware;
     raises :class:`ConfigError` for bad configuration or arguments).
 
     Returns within ``health.watchdog_s`` of ``started`` (a ``time.monotonic()`` value; default
     now): a CLI passes its process start so the whole command keeps the budget.
+    ``gpu_wrapper`` wraps the GPU backend (real or simulated): the CLI's NVML fault injection.
     """
     start = time.monotonic()
     cfg = config.health
@@ -138,6 +140,8 @@ def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] |
                                          f"health.checks.{n}.enabled"))
     try:
         seams = _seams(config, scenario)
+        if gpu_wrapper is not None:
+            seams.gpu = gpu_wrapper(seams.gpu)
     except OSError as exc:  # e.g. no space for the simulated tree: nothing vouches
         report.results += [Result(n, UNKNOWN, "SETUP_ERROR", f"could not prepare the run: {exc}")
                            for n in enabled]

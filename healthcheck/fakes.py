@@ -14,7 +14,7 @@ import shlex
 import threading
 from typing import Any
 
-from .gpu import GpuError
+from .gpu import GpuBackend, GpuError
 
 # p5.48xlarge GPU bus ids, by NVML index.
 P5_PCI = ["00000000:53:00.0", "00000000:64:00.0", "00000000:75:00.0", "00000000:86:00.0",
@@ -124,6 +124,47 @@ class FakeNvml:
 
     def memory_used_mib(self, i: int) -> int:
         return int(self._get(i, "memory"))
+
+
+NVML_FAULT_ENV = "RESILIENT_HEALTH_NVML_FAULT"
+
+
+class HangingNvml:
+    """Any :class:`~.gpu.GpuBackend` (the real pynvml one too) with one call that never
+    returns, as on a wedged driver: ``call`` is a backend method name (``init``, ``count``,
+    ``temperature`` ...). Every other call goes to the wrapped backend unchanged."""
+
+    def __init__(self, inner: Any, call: str) -> None:
+        if not callable(getattr(inner, call, None)) or call.startswith("_"):
+            raise ValueError(f"no NVML seam call {call!r}")
+        self._inner, self._call = inner, call
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name != self._call:
+            return value
+
+        def hung(*args: Any) -> Any:
+            _hang()
+
+        return hung
+
+
+def nvml_fault(value: str | None) -> str | None:
+    """The call to hang from ``$RESILIENT_HEALTH_NVML_FAULT`` (``hang`` = ``temperature``,
+    after the real init and device count; ``hang:<call>`` another). Read by the
+    ``resilient-health check`` CLI only, never by the root hooks. Raises ValueError."""
+    if not value:
+        return None
+    kind, _, call = value.partition(":")
+    if kind != "hang":
+        raise ValueError(f"{NVML_FAULT_ENV}={value!r}: expected hang or hang:<call>")
+    call = call or "temperature"
+    known = sorted(n for n in vars(GpuBackend) if not n.startswith("_"))
+    if call not in known:
+        raise ValueError(f"{NVML_FAULT_ENV}={value!r}: no NVML seam call {call!r} "
+                         f"(known: {', '.join(known)})")
+    return call
 
 
 def _w(path: str, text: str) -> None:

@@ -2,11 +2,14 @@
 
 Every NVML error becomes a :class:`~.gpu.GpuError` named after NVML's error constant
 (``GPU_IS_LOST``, ``NOT_SUPPORTED``, ``DRIVER_NOT_LOADED`` ...); a missing library becomes
-``LIBRARY_NOT_FOUND``. Timeouts are the gather's job (:func:`.gpu.gather_gpus`).
+``LIBRARY_NOT_FOUND``; a call this nvidia-ml-py lacks or takes differently becomes
+``BINDING_MISMATCH`` (that field only). Timeouts are the gather's job
+(:func:`.gpu.gather_gpus`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import warnings
 from collections.abc import Callable
@@ -36,6 +39,10 @@ def _nvml(fn: F) -> F:
             raise
         except self.nv.NVMLError as exc:
             raise GpuError(_error_name(self.nv, exc), str(exc)) from None
+        except (AttributeError, TypeError) as exc:
+            # This nvidia-ml-py lacks the call or takes other arguments: that field is
+            # unknown, the other fields are still read.
+            raise GpuError("BINDING_MISMATCH", f"{fn.__name__}: {exc}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -143,7 +150,8 @@ class NvmlBackend:
 
     @_nvml
     def fabric(self, i: int) -> str:
-        info = self.nv.nvmlDeviceGetGpuFabricInfo(self._h(i))
+        info = self.nv.c_nvmlGpuFabricInfo_t()  # nvidia-ml-py fills the caller's struct
+        self.nv.nvmlDeviceGetGpuFabricInfo(self._h(i), ctypes.byref(info))
         state = _FABRIC.get(int(info.state), f"state{int(info.state)}")
         if state == "completed" and int(getattr(info, "status", 0)) != 0:
             return f"completed_with_error{int(info.status)}"

@@ -138,6 +138,11 @@ def _die(msg: str) -> None:
               help="Extra srun flag for the training step (repeat).")
 @click.option("--ft-launcher", default="ft_launcher", show_default=True,
               help="The ft_launcher program.")
+@click.option("--inprocess", is_flag=True,
+              help="In-process restart (level 0) under ft_launcher's min-healthy policy "
+                   "(level 1): hosts the ranks' store here; the script must support it "
+                   "(train_fsdp.py --inprocess, or resilient_slurm.training.inprocess). "
+                   "See docs/inprocess.md.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and command lines; run nothing.")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -148,7 +153,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          verdict_path: str, max_blame_share: float, health_timeout: float, on_straggler: str,
          straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
          ft_args: tuple[str, ...],
-         srun_args: tuple[str, ...], ft_launcher: str, dry_run: bool) -> None:
+         srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, dry_run: bool) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
     \b
@@ -190,6 +195,23 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         slurm = connect(timeout=3.0 if dry_run else 15.0)
     except SlurmError as exc:
         _die(f"cannot reach Slurm: {exc}")
+    store = None
+    if inprocess:
+        from resilient_slurm.launcher import inprocess_plan
+
+        try:
+            opts = inprocess_plan.configure(opts, cfg.min_nodes, len(alloc.nodes))
+            if not dry_run:
+                store = inprocess_plan.StoreHost()
+                store.start()
+                from resilient_slurm.launcher.evidence import node_addresses
+
+                batch = [alloc.batch_node] if alloc.batch_node else []
+                addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
+                opts.extra_env.update(inprocess_plan.worker_env(addr, cfg.min_nodes,
+                                                                nproc_per_node))
+        except inprocess_plan.InprocessPlanError as exc:
+            _die(str(exc))
     if dry_run:
         _print_plan(slurm, alloc, opts, feats, cfg)
         return
@@ -198,6 +220,9 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     except Exception as exc:  # noqa: BLE001 - one clear line, the exit code says "internal"
         click.echo(f"resilient-launch: internal error: {type(exc).__name__}: {exc}", err=True)
         code = EXIT_ERROR
+    finally:
+        if store is not None:
+            store.stop()
     sys.exit(code)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -51,23 +50,6 @@ def substitute(cmd: list[str], node: str, addr: str) -> list[str]:
             arg = arg.replace(LOCAL_ADDR, addr)
         out.append(arg.replace(NODE, node))
     return out
-
-
-# NVRx 0.4.1's rank monitor: "[ts] [WARNING] [RankMonServer<pid>@<host>:<rank>] Did not get
-# subsequent heartbeat. Waited 8.00 seconds." Another wording in a later release only costs the
-# event (the restart itself is NVRx's); the test pins the line it was written against.
-HANG_LINE = re.compile(r"RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\].*Did not get "
-                       r"(?P<which>initial|subsequent) heartbeat\. Waited (?P<waited>[\d.]+)")
-
-
-def hang_report(line: str) -> dict[str, object] | None:
-    """The fields of a ``hang_detected`` event when ``line`` is the rank monitor's report."""
-    m = HANG_LINE.search(line)
-    if m is None:
-        return None
-    rank = m.group("rank")
-    return {"rank": int(rank) if rank.isdigit() else None, "heartbeat": m.group("which"),
-            "waited_s": float(m.group("waited"))}
 
 
 def relay_stderr(stream: IO[bytes], events: EventLog) -> None:

@@ -36,7 +36,10 @@ import re
 import signal
 from typing import Any
 
-_MON = r"RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
+# The rank monitor's line prefix. NVRx 0.4.1: "[RankMonServer<pid>@<host>:<rank>]"; 0.6:
+# "[workload:<rank|?>(<local>) infra:<n>(<local>)] rank_monitor_server.py:<line> [Cycle <n>]".
+_MON = (r"(?:RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
+        r"|\[workload:(?P<wrank>\d+|\?)\([^)]*\) infra:[^\]]*\] rank_monitor_server\.py:\d+ )")
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hang_detected", re.compile(_MON + r".*Did not get (?P<which>initial|subsequent) "
                                  r"heartbeat\. Waited (?P<waited>[\d.]+)")),
@@ -65,6 +68,8 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
         if m is None:
             continue
         g = m.groupdict()
+        if g.get("wrank") is not None:  # NVRx 0.6's spelling of the monitor's rank
+            g["rank"] = g["wrank"]
         if kind == "hang_detected":
             return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
                           "waited_s": float(g["waited"])}
@@ -120,9 +125,13 @@ class EventTail:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get("kind") in WATCHED \
-                    and float(e.get("ts", 0)) >= self.since:
-                self.events.append(e)
+            if not isinstance(e, dict) or e.get("kind") not in WATCHED:
+                continue
+            try:
+                if float(e.get("ts", 0)) >= self.since:
+                    self.events.append(e)
+            except (TypeError, ValueError):
+                continue
         return self.events
 
 

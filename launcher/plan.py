@@ -133,6 +133,7 @@ class LaunchOptions:
     srun_args: tuple[str, ...] = ()
     ft_launcher: str = "ft_launcher"
     extra_env: dict[str, str] = field(default_factory=dict)
+    min_nnodes: int | None = None  # --nnodes MIN:N (in-process restart's min-healthy level 1)
 
 
 EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's ip_local_port_range default
@@ -180,7 +181,8 @@ def rdzv_id(alloc: Allocation, cycle: int) -> str:
 def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str, rid: str,
                log_dir: str | None = None) -> list[str]:
     """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
-    argv = [opts.ft_launcher, f"--nnodes={nnodes}", f"--nproc-per-node={opts.nproc_per_node}",
+    span = f"{min(opts.min_nnodes, nnodes)}:{nnodes}" if opts.min_nnodes else str(nnodes)
+    argv = [opts.ft_launcher, f"--nnodes={span}", f"--nproc-per-node={opts.nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rid}",
             f"--max-restarts={opts.max_restarts}"]
     given = {a.split("=", 1)[0] for a in opts.ft_args if a.startswith("--")}

@@ -92,7 +92,7 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
         if k == "cycle_start":
             own = False
         elif k == "hang_detected" and own and found is None \
-                and not (observed and events[i].get("type") != "hang"):
+                and events[i].get("type") == "hang":  # else: ranks blocked behind the fault
             found = j
             how = "in-job restart (ft_launcher, missing heartbeats)"
         elif k == "rendezvous" and own and rdzv is None:
@@ -106,6 +106,10 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
             return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found, rdzv
         elif _training_resume(e) or (observed and k == "first_heartbeat"
                                      and (rdzv is not None or not own)):
+            if e.get("level") == "inprocess":  # level 0: the same processes, from memory
+                lost = ",".join(str(r) for r in e.get("lost_ranks") or [])
+                how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
+                                                       else ")")
             return how, j, found, rdzv
         elif _is_fault(e) and e.get("source") == "training":
             return how, None, found, rdzv

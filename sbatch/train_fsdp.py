@@ -4,7 +4,8 @@ NVRx heartbeats and seeded fault injection.
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
 (model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
-and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one,
+and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one
+(on CUDA too: deterministic kernels are selected, see :func:`deterministic_cuda`),
 also when it resumes on another number of ranks (elastic): the global batch is
 ``--virtual-dp`` fixed shards whose gradients are summed in shard order
 (``resilient_slurm.training.ordered_reduce``), so the result does not depend on the world size.
@@ -103,6 +104,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=int(os.environ.get("RESILIENT_STEP_TIMING_EVERY", "10")),
                    help="emit per-node compute/wait timing every N steps (0: off; env "
                         "RESILIENT_STEP_TIMING_EVERY)")
+    p.add_argument("--inprocess", action="store_true",
+                   help="in-process restart (NVRx Wrapper): faults are recovered in the live "
+                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py)")
+    p.add_argument("--peer-every", type=int, default=1,
+                   help="with --inprocess: refresh the in-memory peer copy every K steps")
+    p.add_argument("--soft-timeout", type=float, default=4.0,
+                   help="with --inprocess: seconds without progress before a restart")
+    p.add_argument("--hard-timeout", type=float, default=20.0,
+                   help="with --inprocess: seconds without progress before a rank is killed")
     return p.parse_args(argv)
 
 
@@ -138,6 +148,19 @@ def batch(args: argparse.Namespace, step: int, shard: int,
     return seq[:, :-1].to(device), seq[:, 1:].to(device)
 
 
+def deterministic_cuda() -> None:
+    """Bitwise-reproducible CUDA steps, so a resumed run's digest can equal a fault-free one:
+    deterministic kernels where torch has them (warning where it has none), cuBLAS with a
+    fixed workspace (read when its first handle is made, hence before any matmul), and the
+    math attention kernel (the fused ones' backward passes accumulate in varying order)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def setup_distributed(timeout_s: float,
                       threads: int | None) -> tuple[int, int, int, torch.device]:
     use_cuda = torch.cuda.is_available()
@@ -149,6 +172,7 @@ def setup_distributed(timeout_s: float,
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
+        deterministic_cuda()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -193,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
+    if args.inprocess:
+        from resilient_slurm.sbatch.train_inprocess import run_inprocess
+
+        return run_inprocess(args, targeted)
     rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from resilient_slurm.slurm.hostlist import HostlistError, expand
@@ -105,6 +105,24 @@ def _job_from_oneliner(f: Mapping[str, str]) -> Job:
         raise SlurmError(f"unreadable job record: {exc}") from None
 
 
+# Job state flags in the order Slurm's job_state_string() reports them (what squeue's %T,
+# ``scontrol show job``'s JobState= and 22.05's squeue --json show); >= 23.02 JSON lists the base
+# state and its flags instead, e.g. ["COMPLETED", "COMPLETING"] while the epilog still runs.
+JOB_FLAG_ORDER = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                  "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD",
+                  "SIGNALING")
+JOB_BASES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+             "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def job_state(words: Sequence[str]) -> str:
+    """One state word as Slurm itself names the job: a reported flag wins over the base."""
+    for flag in JOB_FLAG_ORDER:
+        if flag in words:
+            return flag
+    return next((w for w in words if w in JOB_BASES), words[0] if words else "UNKNOWN")
+
+
 def _job_from_json(raw: Mapping[str, Any]) -> Job:
     states = _words(raw.get("job_state"))
     reason = str(raw.get("state_reason") or "")
@@ -112,7 +130,7 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
     return Job(
         job_id=_num(raw.get("job_id")),
         name=str(raw.get("name") or ""),
-        state=states[0] if states else "UNKNOWN",
+        state=job_state(states),
         nodes=_nodes_field(raw.get("nodes")),
         restart_count=_num(raw.get("restart_cnt")),
         excluded=_nodes_field(raw.get("excluded_nodes")),

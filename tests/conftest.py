@@ -135,7 +135,9 @@ def job_user() -> Iterator[JobUserHelper]:
     """The sandboxes' job user (``rsjob``): name, uid, gid, ``run`` and ``make_dir``."""
     require_sandbox()
     entry = jobuser.ensure_account(lifecycle.DEFAULT_USER)
-    for needed in (sys.executable, os.path.dirname(os.path.abspath(__file__))):
+    # The venv's python is a symlink: the user must reach its target too (a pyenv under /root).
+    for needed in (sys.executable, os.path.realpath(sys.executable),
+                   os.path.dirname(os.path.abspath(__file__))):
         blocked = jobuser.unreachable_by(needed, entry.pw_uid, entry.pw_gid)
         if blocked is not None:
             pytest.fail(f"the job user {entry.pw_name} cannot reach {needed}: {blocked} is "

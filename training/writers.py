@@ -212,7 +212,9 @@ class NvrxWriter:
         # Non-persistent caller is chosen on purpose (fork snapshot; the persistent queue
         # misbehaves on CPU): silence NVRx's deprecation notice about it.
         logging.getLogger(core.__name__).setLevel(logging.ERROR)
-        params = inspect.signature(core.AsyncCallsQueue).parameters
+        # __init__'s own parameters: NVRx 0.6 gives the class a metaclass whose __call__
+        # takes (*args, **kwargs), which is all inspect.signature(class) would show.
+        params = inspect.signature(core.AsyncCallsQueue.__init__).parameters
         self._queue = core.AsyncCallsQueue(persistent=False) if "persistent" in params \
             else core.AsyncCallsQueue()
         self._ended: list[SaveJob] = []

@@ -171,3 +171,19 @@ def test_field_errors_fail_closed():
     assert r.status == "unknown" and r.code == "NVML_UNKNOWN"
     (r,) = cg.evaluate_temperature(snap(g0={"temperature": "RESET_REQUIRED"}), CTX)
     assert (r.status, r.code) == ("fail", "GPU_RESET_REQUIRED")
+
+
+def test_ok_results_show_the_values_they_judged() -> None:
+    s = snap(2, g1={"temperature": 51, "clock_reasons": 0x4, "retired_pages": "NOT_SUPPORTED"})
+    ev = {f.__name__[len("evaluate_"):]: f(s, CTX)[0] for f in ALL}
+    assert all(r.status == "ok" for k, r in ev.items() if k != "gpu_count")  # 2 of 8 GPUs
+    assert ev["temperature"].evidence == "temperature: gpu0 40C; gpu1 51C"
+    assert ev["clocks"].evidence == "clock_reasons: gpu0 0x1; gpu1 0x4"
+    assert ev["ecc"].evidence == "ecc: gpu0 volatile=0 aggregate=0; gpu1 volatile=0 aggregate=0"
+    assert ev["pcie"].evidence.startswith("pcie: gpu0 gen1 x16 (max gen5 x16)")
+    assert ev["row_remap"].evidence.startswith("remapped_rows: gpu0 correctable=0 "
+                                               "uncorrectable=0 pending=False failure=False")
+    assert ev["retired_pages"].evidence == ("retired_pages: gpu0 dbe_pages=0 pending=False; "
+                                            "gpu1 NOT_SUPPORTED")
+    assert ev["recovery_action"].evidence == "recovery_action: gpu0 0; gpu1 0"
+    assert ev["nvlink"].evidence == "nvlink: gpu0 18/18 up; gpu1 18/18 up"

@@ -7,8 +7,17 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher.node import hang_report
+from resilient_slurm.launcher.observe import parse_line
+
+
+def hang_report(line: str) -> dict[str, object] | None:
+    """What the node shim's relay records for ``line`` when it is a hang report."""
+    seen = parse_line(line)
+    return seen[1] if seen is not None and seen[0] == "hang_detected" else None
+
 
 # Verbatim from an NVRx 0.4.1 rank monitor on the sandbox.
 LINE = ("[2026-11-29 17:20:01,123] [WARNING] [RankMonServer4242@host-a:1] Did not get "
@@ -23,6 +32,20 @@ def test_hang_report_parses_the_rank_monitor_line() -> None:
     assert hang_report("[..] [WARNING] [RankMonServer1@h:0] FT timeout elapsed.") is None
 
 
+# Verbatim from an NVRx 0.6.0 rank monitor on the Slurm 24.11 sandbox (make test-slurm24).
+LINE_06 = ("2026-12-01 01:51:02,705 [WARNING] [vm] [workload:?(0) infra:0(0)] "
+           "rank_monitor_server.py:497 [Cycle 1] Did not get subsequent heartbeat. "
+           "Waited 8.00 seconds.")
+
+
+def test_hang_report_parses_the_nvrx_0_6_line() -> None:
+    assert hang_report(LINE_06) == {"rank": None, "heartbeat": "subsequent", "waited_s": 8.0}
+    ranked = LINE_06.replace("workload:?(0)", "workload:3(1)").replace("subsequent", "initial")
+    assert hang_report(ranked) == {"rank": 3, "heartbeat": "initial", "waited_s": 8.0}
+    other = LINE_06.replace("rank_monitor_server.py:497", "launcher.py:561")
+    assert hang_report(other) is None
+
+
 CHILD = """
 import sys, time
 print("hello from stdout", flush=True)
@@ -31,17 +54,18 @@ sys.exit(3)
 """
 
 
-def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path) -> None:
+@pytest.mark.parametrize(("line", "rank"), [(LINE, 1), (LINE_06, None)], ids=["nvrx0.4", "nvrx0.6"])
+def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path, line, rank) -> None:
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RESILIENT_EVENTS_FILE": str(events), "SLURMD_NODENAME": "node7"}
     argv = [sys.executable, "-m", "resilient_slurm.launcher.node",
-            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, LINE]
+            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, line]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
     assert "hello from stdout" in proc.stdout
-    assert LINE in proc.stderr and "plain stderr line" in proc.stderr
+    assert line in proc.stderr and "plain stderr line" in proc.stderr
     record = json.loads((tmp_path / "rec" / "node7.json").read_text())
     assert record["rc"] == 3 and record["node"] == "node7"
     (ev,) = read_events(str(events))
-    assert (ev["kind"], ev["source"], ev["node"], ev["rank"], ev["waited_s"]) == (
-        "hang_detected", "node", "node7", 1, 8.0)
+    assert (ev["kind"], ev["source"], ev["node"], ev.get("rank"), ev["waited_s"]) == (
+        "hang_detected", "node", "node7", rank, 8.0)

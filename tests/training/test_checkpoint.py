@@ -125,6 +125,17 @@ def test_nvrx_cpu_compat_is_scoped() -> None:
     assert torch.cuda.synchronize is sync and torch.distributed.get_rank is get_rank
 
 
+@pytest.mark.skipif(not writers.nvrx_available(), reason="NVRx async checkpointing not usable")
+def test_nvrx_writer_uses_the_fork_caller() -> None:
+    """The persistent caller crashes on a CPU-only torch (NVRx 0.6: ``rank %
+    torch.cuda.device_count()``) and leaves saves and the rank's exit hanging."""
+    writer = writers.NvrxWriter()
+    try:
+        assert writer._queue.persistent is False
+    finally:
+        writer.close()
+
+
 def test_unknown_backend() -> None:
     with pytest.raises(ValueError):
         writers.make_writer("carrier-pigeon")

@@ -1,0 +1,139 @@
+"""``resilient-launch --inprocess``: three recovery levels, wired by the launcher.
+
+* **Level 0** (in the training processes, ``resilient_slurm.training.inprocess``): an exception,
+  a hang or a dead rank is recovered in the live processes in about a second; the survivors
+  rebuild the process group and restore from memory (a buddy's peer copy when a rank died).
+* **Level 1** (``ft_launcher`` on each node): ``--ft-restart-policy=min-healthy`` with
+  ``--nnodes=MIN:N`` restarts the workers only when fewer than ``MIN`` agents are healthy, or
+  on missing heartbeats; fresh processes load the disk checkpoint. Its heartbeat timeouts
+  must exceed level 0's hard timeout, else it would restart what level 0 is still handling.
+* **Level 2** (this launcher): blame, exclusion and requeue, unchanged; the training's
+  ``resume`` events say which level handled a fault (``level: inprocess``) and which ranks and
+  nodes level 0 left out.
+
+The launcher hosts the in-process store (``resilient_slurm.training.store_host``) on the
+batch node, outside every rank, and tells the ranks where it is through the environment.
+Pure functions here, except :class:`StoreHost`, which runs that one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from resilient_slurm import proc
+
+if TYPE_CHECKING:
+    from resilient_slurm.launcher.plan import LaunchOptions
+
+MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
+DEFAULT_HARD_TIMEOUT = 20.0  # train_fsdp.py --hard-timeout default
+
+
+class InprocessPlanError(ValueError):
+    """In-process restart cannot be wired with these options or this NVRx."""
+
+
+def node_range_supported(help_text: str) -> bool:
+    """Whether this ``ft_launcher`` takes ``--nnodes MIN:MAX`` (read from its ``--help``)."""
+    return "--nnodes" in help_text and "minimum_nodes" in help_text.replace(" ", "")
+
+
+def restart_policy_supported(help_text: str) -> bool:
+    return "--ft-restart-policy" in help_text and "min-healthy" in help_text
+
+
+def ft_args(help_text: str, min_nodes: int, nnodes: int, heartbeat_timeout: float,
+            initial_heartbeat_timeout: float,
+            hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> tuple[str, list[str]]:
+    """(the ``--nnodes`` value, extra ft_launcher flags) for level 1 under level 0."""
+    if not restart_policy_supported(help_text):
+        raise InprocessPlanError("this ft_launcher has no --ft-restart-policy=min-healthy "
+                                 "(NVRx >= 0.4.1 needed for --inprocess)")
+    if not node_range_supported(help_text):
+        raise InprocessPlanError("this ft_launcher does not take --nnodes MIN:MAX")
+    if not 1 <= min_nodes <= nnodes:
+        raise InprocessPlanError(f"--min-nodes {min_nodes} must be within 1..{nnodes}")
+    need = hard_timeout + MIN_HEARTBEAT_MARGIN
+    for name, value in (("--heartbeat-timeout", heartbeat_timeout),
+                        ("--initial-heartbeat-timeout", initial_heartbeat_timeout)):
+        if value < need:
+            raise InprocessPlanError(
+                f"{name} {value:g} s must exceed the in-process hard timeout "
+                f"({hard_timeout:g} s) by {MIN_HEARTBEAT_MARGIN:g} s: level 1 would restart "
+                "what level 0 is still handling")
+    return f"{min_nodes}:{nnodes}", ["--ft-restart-policy=min-healthy"]
+
+
+def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str) -> dict[str, str]:
+    """What the ranks need: where the store is and the fewest ranks level 0 may run on."""
+    env = {"RESILIENT_INPROCESS_STORE": store_addr}
+    if nproc_per_node.isdigit():
+        env["RESILIENT_INPROCESS_MIN_WORLD"] = str(min_nodes * int(nproc_per_node))
+    return env
+
+
+def configure(opts: LaunchOptions, min_nodes: int, nnodes: int,
+              hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> LaunchOptions:
+    """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be)."""
+    out = proc.run([opts.ft_launcher, "--help"], timeout=60.0)
+    span, extra = ft_args(out.stdout + out.stderr, min_nodes, nnodes, opts.heartbeat_timeout,
+                          opts.initial_heartbeat_timeout, hard_timeout)
+    given = {a.split("=", 1)[0] for a in opts.ft_args}
+    extra = [a for a in extra if a.split("=", 1)[0] not in given]
+    return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args),
+                               min_nnodes=int(span.split(":")[0]))
+
+
+class StoreHost:
+    """The in-process store, served by a child process of the launcher."""
+
+    def __init__(self, host: str = "0.0.0.0", startup_timeout: float = 180.0) -> None:
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self) -> int:
+        self._dir = tempfile.TemporaryDirectory(prefix="rs-store-")
+        port_file = os.path.join(self._dir.name, "port")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "resilient_slurm.training.store_host", "--host", self.host,
+             "--port", "0", "--port-file", port_file], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(port_file):
+                with open(port_file) as fh:
+                    self.port = int(fh.read().strip())
+                return self.port
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise InprocessPlanError("the in-process store host did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def address(self, addrs: Mapping[str, str], batch_node: str) -> str:
+        """``host:port`` as the compute nodes reach it."""
+        import socket
+
+        host = addrs.get(batch_node) or socket.gethostbyname(socket.gethostname())
+        return f"{host}:{self.port}"

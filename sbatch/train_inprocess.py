@@ -1,0 +1,199 @@
+"""``train_fsdp.py --inprocess``: the same training, re-entered in the live processes on a fault.
+
+Each iteration (the first, and one per restart) creates the process group on a fresh prefix of
+the external store, rebuilds the model, FSDP, the optimizer and the ordered reduce, and
+restores the newest step held in memory (``resilient_slurm.training.memstate``: own snapshots
+and a buddy's peer copy), or, with nothing in memory, the newest disk checkpoint as
+``train_fsdp.py`` does. A rank that died is left out (world 3 -> 2); its shards come from its
+buddy's copy and the virtual shards keep the result bitwise equal to the fault-free run.
+
+Events (current rank 0, ``$RESILIENT_EVENTS_FILE``): ``resume`` per iteration with
+``iteration``, ``level`` (``inprocess`` after a restart), ``source_state`` (``memory``,
+``disk``, ``fresh``), ``lost_ranks`` (initial ranks gone) and ``lost_nodes``; ``recovered``
+(step, iteration) when the first step after a restart completes; plus train_fsdp's events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+from resilient_slurm.events import EventLog
+from resilient_slurm.sbatch.train_fsdp import (
+    TinyTransformer,
+    batch,
+    rng_state,
+    set_rng_state,
+)
+from resilient_slurm.training import fsdp_state, inprocess, ordered_reduce
+from resilient_slurm.training.checkpoint import Checkpointer
+from resilient_slurm.training.digest import tensor_digest
+from resilient_slurm.training.faults import FaultInjector, FaultOptions, Targeted
+from resilient_slurm.training.layout import latest_commit
+from resilient_slurm.training.liveness import Liveness
+
+
+def _load_disk(ckpt: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
+               world: int) -> tuple[int, int | None, dict[str, Any] | None]:
+    commit = latest_commit(ckpt.directory)
+    if commit is None:
+        return 0, None, None
+    if commit.world_size == world:
+        start, saved = ckpt.load(commit.step)  # type: ignore[misc]
+        fsdp_state.restore(model, optimizer, saved["train"])
+        return start, saved.get("virtual_dp"), saved["rng"]
+    start, states = ckpt.load_all(commit.step)  # type: ignore[misc]
+    fsdp_state.restore_resharded(model, optimizer, [s["train"] for s in states])
+    return start, states[0].get("virtual_dp"), None
+
+
+def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targeted],
+          liveness: Liveness) -> str:
+    marks = [time.perf_counter()]
+    ctx.init_process_group()
+    marks.append(time.perf_counter())
+    rank, world = ctx.rank, ctx.world_size
+    node = os.environ.get("SLURMD_NODENAME")
+    if ctx.iteration == 0:
+        ctx.job_store.set(f"node/{ctx.initial_rank}", node or "")
+    events_path = os.environ.get("RESILIENT_EVENTS_FILE")
+    events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
+
+    def log(msg: str) -> None:
+        if rank == 0:
+            print(f"[train rank0 it{ctx.iteration}] {msg}", flush=True)
+
+    faults = FaultOptions.from_env(count=args.fault_count, seed=args.fault_seed,
+                                   types=args.fault_types, weights=args.fault_type_weights,
+                                   state_dir=args.fault_state_dir)
+    injector = FaultInjector(faults, args.steps, rank, world,
+                             state_dir=os.path.join(args.checkpoint_dir, "faults"),
+                             targeted=targeted, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+    torch.manual_seed(args.seed)
+    model = TinyTransformer(args.vocab, args.d_model, args.layers, args.heads, args.seq_len)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    marks.append(time.perf_counter())
+    backend = "sync" if args.sync_checkpoint else args.checkpoint_backend
+    ckpt = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep,
+                        backend=backend, heartbeat=liveness.beat)
+    marks.append(time.perf_counter())
+    restored = ctx.memory.restore(model, optimizer)
+    if restored is not None:
+        start, vdp, rng, source = (restored.step, restored.extra["virtual_dp"],
+                                   restored.extra["rng"], "memory")
+    else:
+        start, vdp, rng = _load_disk(ckpt, model, optimizer, world)
+        source = "disk" if start else "fresh"
+    vdp = vdp or args.virtual_dp or world
+    if rng is not None:
+        set_rng_state(rng)
+    shards = ordered_reduce.VirtualShards(vdp, world, rank)
+    injector.set_world(vdp, world)
+    ordered_reduce.install(model, shards)
+    marks.append(time.perf_counter())
+    phases = " ".join(f"{name} {b - a:.3f}" for name, a, b in
+                      zip(("pg", "build", "ckpt", "restore"), marks, marks[1:], strict=False))
+    lost_nodes = sorted({ctx.job_store.get(f"node/{r}").decode() for r in ctx.lost} - {""})
+    log(f"world {world} (initial {ctx.initial_world_size}, lost {ctx.lost}), state from "
+        f"{source} at step {start} (s: {phases})")
+    if events:
+        events.emit("resume", step=start, fresh=start == 0, world_size=world, node=node,
+                    virtual_dp=vdp, iteration=ctx.iteration,
+                    level="inprocess" if ctx.iteration else None, source_state=source,
+                    lost_ranks=ctx.lost, lost_nodes=lost_nodes,
+                    restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"))
+    loss_value, step_time = math.nan, 0.0
+    for step in range(start + 1, args.steps + 1):
+        liveness.beat()
+        injector.maybe_fire(step)
+        t1 = time.perf_counter()
+        losses = []
+        for rnd in range(shards.rounds):
+            shards.round = rnd
+            shard = shards.shard(rnd)
+            s = 0 if shard is None else shard
+            torch.manual_seed(args.seed * 7_919 + step * 104_729 + s)
+            x, y = batch(args, step, s, torch.device("cpu"))
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1))
+            (loss * (shards.loss_scale if shard is not None else 0.0)).backward()
+            if shard is not None:
+                losses.append(loss.detach())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+        ctx.completed(step, model, optimizer, extra={"virtual_dp": vdp, "rng": rng_state(),
+                                                     "data": {"position": step}})
+        step_time = time.perf_counter() - t1
+        loss_value = float(torch.stack(losses).mean()) if losses else math.nan
+        if events and step == start + 1 and ctx.iteration:
+            events.emit("recovered", step=step, iteration=ctx.iteration, world_size=world)
+        for committed in ckpt.poll():
+            if events:
+                events.emit("checkpoint", step=committed)
+        if ckpt.due(step) or step == args.steps:
+            ckpt.save(step, {"step": step, "train": fsdp_state.capture(model, optimizer),
+                             "rng": rng_state(), "data": {"position": step},
+                             "world_size": world, "virtual_dp": vdp})
+        if step % args.log_every == 0 or step == args.steps:
+            log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms "
+                f"(peer copy {ctx.memory.last_refresh_s * 1e3:.1f} ms, "
+                f"{ctx.memory.peer_bytes} B)")
+            if events:
+                events.emit("progress", step=step, loss=loss_value, step_time=step_time,
+                            peer_copy_s=ctx.memory.last_refresh_s)
+    with liveness.keepalive():
+        ckpt.close()
+        ckpt.wait_committed(args.steps, timeout=args.pg_timeout)
+    digest = tensor_digest(fsdp_state.full_model_state(model))
+    digests: list[Any] = [None] * world
+    dist.all_gather_object(digests, digest)
+    if len(set(digests)) != 1:
+        raise RuntimeError(f"digests differ across ranks: {digests}")
+    if events:
+        events.emit("complete", step=args.steps, digest=digest, loss=loss_value,
+                    iteration=ctx.iteration)
+    dist.barrier()
+    dist.destroy_process_group()
+    return digest
+
+
+def _warm_up(args: argparse.Namespace) -> None:
+    """One forward and backward before the Wrapper starts: first-use costs (kernels, autograd)
+    are paid before the soft timeout runs (a slow first build caused false restarts)."""
+    torch.manual_seed(args.seed)
+    model = TinyTransformer(args.vocab, args.d_model, args.layers, args.heads, args.seq_len)
+    x, y = batch(args, 0, 0, torch.device("cpu"))
+    nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1)).backward()
+
+
+def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
+    try:
+        settings = inprocess.Settings.from_env(
+            soft_timeout=args.soft_timeout, hard_timeout=args.hard_timeout,
+            peer_every=args.peer_every, pg_timeout=args.pg_timeout)
+        settings.check()
+    except ValueError as exc:
+        print(f"train_fsdp.py: {exc}", file=sys.stderr)
+        return 2
+    _warm_up(args)
+    liveness = Liveness()  # one NVRx heartbeat client for the process's life
+    digest = inprocess.run(lambda ctx: train(ctx, args, targeted, liveness), settings)
+    liveness.close()
+    if digest is not None:
+        print(f"weights digest: {digest}", flush=True)
+    return 0

@@ -1,0 +1,152 @@
+"""resilient-launch --inprocess planning: level-1 flags from ft_launcher --help, timeouts that
+leave level 0 its time, the store host the launcher runs."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import subprocess
+
+import pytest
+
+from resilient_slurm.launcher import inprocess_plan as ip
+
+WITH_POLICY = """usage: ft_launcher [-h] [--nnodes NNODES]
+  --nnodes NNODES       Number of nodes, or the range of nodes in form
+                        <minimum_nodes>:<maximum_nodes>.
+  --ft-restart-policy {any-failed,min-healthy}
+"""
+WITHOUT_POLICY = """usage: ft_launcher [-h] [--nnodes NNODES]
+  --nnodes NNODES       Number of nodes, or the range of nodes in form
+                        <minimum_nodes>:<maximum_nodes>.
+"""
+
+
+def _ft_launcher() -> str | None:
+    """ft_launcher on PATH or next to this interpreter (a venv run without activation)."""
+    import os
+    import sys
+
+    near = os.path.join(os.path.dirname(sys.executable), "ft_launcher")
+    return shutil.which("ft_launcher") or (near if os.path.exists(near) else None)
+
+
+def test_level1_flags() -> None:
+    nnodes, extra = ip.ft_args(WITH_POLICY, 2, 3, heartbeat_timeout=60,
+                               initial_heartbeat_timeout=300)
+    assert nnodes == "2:3" and extra == ["--ft-restart-policy=min-healthy"]
+
+
+def test_installed_ft_launcher_is_read() -> None:
+    exe = _ft_launcher()
+    if exe is None:
+        pytest.skip("ft_launcher not installed")
+    text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120).stdout
+    assert ip.restart_policy_supported(text) and ip.node_range_supported(text)
+
+
+def test_no_policy_is_a_clear_error() -> None:
+    with pytest.raises(ip.InprocessPlanError, match="min-healthy"):
+        ip.ft_args(WITHOUT_POLICY, 2, 3, 60, 300)
+
+
+@pytest.mark.parametrize("hb,initial", [(25, 300), (60, 29.9)])
+def test_heartbeat_must_exceed_level0_hard_timeout(hb: float, initial: float) -> None:
+    with pytest.raises(ip.InprocessPlanError, match="hard timeout"):
+        ip.ft_args(WITH_POLICY, 2, 3, hb, initial, hard_timeout=20)
+
+
+def test_min_nodes_range() -> None:
+    with pytest.raises(ip.InprocessPlanError):
+        ip.ft_args(WITH_POLICY, 4, 3, 60, 300)
+
+
+def test_worker_env() -> None:
+    env = ip.worker_env("10.0.0.1:4000", 2, "4")
+    assert env == {"RESILIENT_INPROCESS_STORE": "10.0.0.1:4000",
+                   "RESILIENT_INPROCESS_MIN_WORLD": "8"}
+    assert "RESILIENT_INPROCESS_MIN_WORLD" not in ip.worker_env("h:1", 2, "auto")
+
+
+def test_store_host_serves_and_stops() -> None:
+    torch = pytest.importorskip("torch")
+    host = ip.StoreHost(host="127.0.0.1")  # torch import may be slow on a loaded machine
+    port = host.start()
+    try:
+        client = torch.distributed.TCPStore("127.0.0.1", port, is_master=False,
+                                            timeout=datetime.timedelta(seconds=120))
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+        assert host.address({"b1": "127.0.0.1"}, "b1") == f"127.0.0.1:{port}"
+    finally:
+        host.stop()
+    assert host.proc is not None and host.proc.poll() is not None
+
+
+def _dry_env(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import sys
+
+    from resilient_slurm.launcher import plan
+
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-3]")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))
+    monkeypatch.setenv("RESILIENT_SANDBOX_DIR", str(tmp_path / "sbx"))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep
+                       + os.environ.get("PATH", ""))
+    flags = frozenset({"--ft-rank-heartbeat-timeout", "--local-addr", "--term-timeout"})
+    monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(flags, "0.4.1"))
+
+
+def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from resilient_slurm.launcher import cli
+
+    if _ft_launcher() is None:
+        pytest.skip("ft_launcher not installed")
+    _dry_env(tmp_path, monkeypatch)
+    res = CliRunner().invoke(cli.main, ["--dry-run", "--inprocess", "--min-nodes=2",
+                                        "--checkpoint-dir", str(tmp_path / "ck"),
+                                        "train_fsdp.py", "--inprocess"])
+    assert res.exit_code == 0, res.output
+    srun = next(line for line in res.output.splitlines() if line.startswith("srun "))
+    assert "--nnodes=2:3" in srun and "--ft-restart-policy=min-healthy" in srun
+
+
+def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from resilient_slurm.launcher import cli
+
+    if _ft_launcher() is None:
+        pytest.skip("ft_launcher not installed")
+    _dry_env(tmp_path, monkeypatch)
+    res = CliRunner().invoke(cli.main, ["--dry-run", "--inprocess", "--heartbeat-timeout=9",
+                                        "--checkpoint-dir", str(tmp_path / "ck"), "t.py"])
+    assert res.exit_code == 2 and "hard timeout" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_report_names_level0() -> None:
+    from resilient_slurm.launcher import report
+
+    def ev(ts: float, kind: str, source: str = "launcher", **kw):  # type: ignore[no-untyped-def]
+        return {"ts": ts, "kind": kind, "source": source, **kw}
+
+    events = [
+        ev(0, "launch_start"), ev(0.1, "cycle_start", cycle=1),
+        ev(1, "resume", "training", step=0, iteration=0),
+        *[ev(1 + s, "progress", "training", step=s) for s in range(1, 6)],
+        ev(6.5, "fault", "training", type="sigkill", step=6, node="n2"),
+        ev(7.5, "resume", "training", step=5, iteration=1, level="inprocess",
+           lost_ranks=[1], restart="0"),
+        ev(9.5, "fault", "training", type="sigkill", step=8, node="n3"),
+        ev(30, "resume", "training", step=4, iteration=0, restart="1"),
+        ev(40, "verdict", verdict="completed", exit_code=0),
+    ]
+    rows = report.build(events).faults
+    assert [f.handled_by for f in rows] == ["in-process restart (level 0, ranks 1 left out)",
+                                            "in-job restart (ft_launcher)"]
+    assert rows[0].recovery_s == 1.0 and rows[0].lost_steps == 0

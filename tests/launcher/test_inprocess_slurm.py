@@ -1,0 +1,51 @@
+"""resilient-launch --inprocess on the real sandbox: three levels on one job.
+
+3 nodes, one rank each, ``--min-nodes=2``. A first SIGKILL is handled in-process (level 0:
+the survivors shrink to 2 ranks from the peer copy, no new process); a second leaves one rank,
+below the minimum, so ft_launcher (level 1) restarts the workers from the disk checkpoint on
+all three nodes. The job completes in its first cycle, unrequeued, with the digest of an
+uninterrupted run, and the report names the level that handled each fault.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("nvidia_resiliency_ext.inprocess")
+
+from tests.launcher.test_launch_slurm import (  # noqa: E402,F401 - fixtures
+    clean,
+    fault_free,
+    handled,
+    kinds,
+    log_of,
+    submit,
+    wait_job,
+)
+
+STEPS = 12
+
+
+def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]  # noqa: F811
+    jid, _, state = submit(
+        slurm, clean, tmp_path, 3,
+        ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
+         "--initial-heartbeat-timeout=180"],
+        ["--inprocess", "--fault=sigkill@4@rank1", "--fault=sigkill@8@rank1"], steps=STEPS)
+    digest = fault_free(3, STEPS, tmp_path)
+    job = wait_job(slurm, jid, timeout=600)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 0
+    assert digest in log
+    assert len(kinds(state, "cycle_start")) == 1
+    resumes = [e for e in kinds(state, "resume") if e.get("source") == "training"]
+    level0 = [e for e in resumes if e.get("level") == "inprocess"]
+    level1 = [e for e in resumes if e.get("restart") not in (None, "0")]
+    assert len(level0) == 1 and level0[0]["source_state"] == "memory", resumes
+    assert level0[0]["world_size"] == 2 and level0[0]["step"] == 3
+    assert level0[0]["lost_nodes"], "level 0's record names the node the dead rank ran on"
+    assert len(level1) == 1 and level1[0]["source_state"] == "disk", resumes
+    assert handled(state) == [("sigkill", "in-process restart (level 0, ranks 1 left out)"),
+                              ("sigkill", "in-job restart (ft_launcher)")]

@@ -1,0 +1,399 @@
+"""In-process restart (level 0): re-enter the training function in the live process.
+
+NVRx's ``inprocess.Wrapper`` restarts a function on every healthy rank after an exception, a
+hang or the death of a rank, without new processes: only the process group is rebuilt. This
+module makes it work on CPU/gloo and keeps the state that must survive::
+
+    from resilient_slurm.training import inprocess
+
+    def train(ctx: inprocess.Context) -> str:   # called again after every fault
+        ctx.init_process_group()                # per iteration, on this iteration's store prefix
+        model, optim = build(ctx.rank, ctx.world_size)   # rebuilt per iteration
+        got = ctx.memory.restore(model, optim)  # in-memory snapshot (or None: disk / fresh)
+        for step in range(start, steps + 1):
+            ...
+            ctx.completed(step, model, optim, extra={"rng": ...})  # snapshot + peer copy
+        return digest
+
+    result = inprocess.run(train, inprocess.Settings.from_env())
+
+What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md):
+
+* **gloo abort**: gloo cannot abort a pending collective. :class:`SocketAbort` shuts down
+  (``SHUT_RDWR``) the TCP sockets the process group opened (recorded around
+  ``init_process_group``), never a listening one (that aborts the process), so a pending
+  collective fails at once.
+* **waking a rank asleep in a syscall**: the asynchronous ``RankShouldRestart`` is delivered
+  only when the main thread runs bytecode. From the abort until finalize, a thread sends the
+  main thread ``SIGURG`` (a no-op Python handler) every 50 ms, so ``time.sleep`` or a blocking
+  read returns into the interpreter.
+* **stores outside the ranks**: the Wrapper's store and the app store are clients of a
+  ``TCPStore`` hosted by the launcher (``resilient-inprocess-store``), under a prefix per
+  launch, so the death of rank 0 does not take them down.
+* **timings**: monitor process interval 0.2 s with progress watchdog 1 s (the monitor skips
+  its timeout checks when a timestamp arrives), soft timeout 4 s (2 s caused false restarts
+  during warm-up), node loss left to the level above (NVRx's unresponsive-rank path crashes).
+
+This module must not use ``from __future__ import annotations``: the Wrapper finds the
+``CallWrapper`` parameter of the wrapped function by its annotation, which must be a class
+(tests/training/test_inprocess_annotations.py guards it).
+"""
+
+import dataclasses
+import datetime
+import gc
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from nvidia_resiliency_ext import inprocess as nvrx
+
+from resilient_slurm.training.memstate import MemoryState
+
+STORE_ENV = "RESILIENT_INPROCESS_STORE"  # host:port of the store the launcher hosts
+PREFIX_ENV = "RESILIENT_INPROCESS_PREFIX"  # one namespace per launch (level-1 restart)
+MIN_WORLD_ENV = "RESILIENT_INPROCESS_MIN_WORLD"  # fewer ranks: leave it to the level above
+EXIT_BELOW_MIN = 75  # a rank left alone below the minimum exits with this code
+LOG_ENV = "RESILIENT_INPROCESS_LOG"  # monitor process log path, may contain {rank}
+WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Settings:
+    """In-process restart knobs (seconds). ``store`` is ``host:port`` of an external store."""
+
+    store: str
+    prefix: str = "ip"
+    soft_timeout: float = 4.0
+    hard_timeout: float = 20.0
+    monitor_process_interval: float = 0.2
+    progress_watchdog_interval: float = 1.0
+    monitor_thread_interval: float = 1.0
+    last_call_wait: float = 0.1
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 60.0  # node loss is the level above's (heartbeats there)
+    barrier_timeout: float = 120.0
+    completion_timeout: float = 120.0
+    pg_timeout: float = 60.0
+    peer_every: int = 1
+    min_world: int = 1
+    wake_interval: float = 0.05
+    max_iterations: int = 20
+    logfile: str | None = None  # monitor process log, may contain {rank}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
+        env = dict(os.environ) if env is None else env
+        store = overrides.pop("store", None) or env.get(STORE_ENV)
+        if not store:
+            raise ValueError(f"in-process restart needs an external store: set {STORE_ENV}="
+                             "host:port (resilient-launch --inprocess hosts one)")
+        # ft_launcher gives each rendezvous round a fresh MASTER_PORT: a fresh namespace
+        prefix = overrides.pop("prefix", None) or env.get(PREFIX_ENV) or (
+            f"ip-{env.get('TORCHELASTIC_RUN_ID', 'run')}-{env.get('MASTER_ADDR', 'local')}-"
+            f"{env.get('MASTER_PORT', '0')}")
+        overrides.setdefault("logfile", env.get(LOG_ENV) or None)
+        if env.get(MIN_WORLD_ENV, "").isdigit():
+            overrides.setdefault("min_world", int(env[MIN_WORLD_ENV]))
+        return cls(store=store, prefix=prefix, **overrides)
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.store.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad store address {self.store!r}: expected host:port")
+        return host, int(port)
+
+    def check(self) -> None:
+        if not 0 < self.soft_timeout < self.hard_timeout < self.barrier_timeout:
+            raise ValueError("need 0 < soft_timeout < hard_timeout < barrier_timeout")
+        if self.peer_every < 0:
+            raise ValueError("peer_every must be >= 0")
+
+
+def _td(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=seconds)
+
+
+class ExternalStore(torch.distributed.PrefixStore, nvrx.store.StoreMixin):
+    """The Wrapper's store: a client of a TCPStore hosted outside the ranks, under a prefix.
+    No rank is critical (stock NVRx makes rank 0 host it and wait for everyone at exit)."""
+
+    def __init__(self, host_name: str, port: int, prefix: str, timeout_s: float = 60.0):
+        self._client = torch.distributed.TCPStore(host_name, port, is_master=False,
+                                                  timeout=_td(timeout_s))
+        super().__init__(f"{prefix}/wrapper/", self._client)
+
+    @property
+    def critical_ranks(self) -> tuple[int, ...]:
+        return ()
+
+
+def _socket_inodes() -> dict[int, int]:
+    """fd -> inode of this process's open sockets."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            out[int(name)] = st.st_ino
+    return out
+
+
+class SocketAbort:
+    """Frees a gloo collective pending on another thread by shutting its sockets down."""
+
+    def __init__(self) -> None:
+        self.baseline: set[int] | None = None
+
+    def mark(self) -> None:
+        """Call just before creating the process group(s) of an iteration."""
+        self.baseline = set(_socket_inodes().values())
+
+    def shutdown(self) -> int:
+        """Shut down every connected TCP socket opened since :meth:`mark`; returns how many."""
+        if self.baseline is None:
+            return 0
+        done = 0
+        for fd, inode in _socket_inodes().items():
+            if inode in self.baseline:
+                continue
+            try:
+                s = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            try:
+                if (s.family in (socket.AF_INET, socket.AF_INET6)
+                        and s.type == socket.SOCK_STREAM
+                        and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+                    s.shutdown(socket.SHUT_RDWR)  # acts on the shared socket, not the dup
+                    done += 1
+            except OSError:
+                pass
+            finally:
+                s.close()
+        return done
+
+
+class Waker:
+    """Signals the main thread every ``interval`` s until stopped, so a rank asleep in a
+    syscall returns to bytecode where the pending asynchronous exception fires."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.main_ident = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        signal.signal(WAKE_SIGNAL, self._noop)  # main thread only: run() is called there
+
+    @staticmethod
+    def _noop(_signum: int, _frame: Any) -> None:
+        return None
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="inprocess-waker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.main_ident is not None:
+                signal.pthread_kill(self.main_ident, WAKE_SIGNAL)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+
+
+def _trace(what: str) -> None:
+    if os.environ.get("RESILIENT_INPROCESS_TRACE"):
+        print(f"[inprocess {time.time():.3f}] {what}", flush=True)
+
+
+class _Abort(nvrx.abort.Abort):
+    def __init__(self, sockets: SocketAbort, waker: Waker) -> None:
+        self.sockets, self.waker = sockets, waker
+
+    def __call__(self, state: Any) -> Any:
+        _trace("abort")
+        self.waker.start()
+        n = self.sockets.shutdown()
+        log.info("abort: shut down %d process-group sockets", n)
+        if torch.cuda.is_available():  # NCCL has a real abort
+            nvrx.abort.AbortTorchDistributed()(state)
+        return state
+
+
+class _Finalize(nvrx.finalize.Finalize):
+    def __init__(self, waker: Waker) -> None:
+        self.waker = waker
+
+    def __call__(self, state: Any) -> Any:
+        _trace("finalize")
+        self.waker.stop()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # its sockets are already shut: teardown may complain
+                log.info("destroy_process_group after abort: %s", exc)
+        return state
+
+
+class _Kept:
+    """What survives a restart besides the user's own objects."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.memory = MemoryState(settings.peer_every)
+        self.sockets = SocketAbort()
+        self.app_client: torch.distributed.Store | None = None
+
+
+@dataclasses.dataclass
+class Context:
+    """What the training function gets on each (re-)entry."""
+
+    rank: int
+    world_size: int
+    initial_rank: int
+    initial_world_size: int
+    iteration: int
+    lost: list[int]  # initial ranks no longer active (killed or shrunk away)
+    store: torch.distributed.Store  # the app store, under this iteration's prefix
+    job_store: torch.distributed.Store  # the app store, one prefix for the launch's life
+    memory: MemoryState
+    call: Any  # NVRx CallWrapper: ping(), atomic()
+    _kept: _Kept
+
+    def init_process_group(self, backend: str | None = None) -> None:
+        """Create this iteration's process group on the app store (sockets recorded)."""
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self._kept.sockets.mark()
+        self.memory.forget_peer_spec()
+        dist.init_process_group(backend, store=torch.distributed.PrefixStore("pg/", self.store),
+                                rank=self.rank, world_size=self.world_size,
+                                timeout=_td(self._kept.settings.pg_timeout))
+
+    def completed(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  extra: dict[str, Any] | None = None) -> None:
+        """After ``step`` completed on this rank: snapshot it (and refresh the peer copy every
+        ``peer_every`` steps, a collective)."""
+        self.memory.record(step, self.world_size, self.rank, model, optimizer, extra)
+        if self.memory.due(step):
+            self.memory.refresh(step)
+
+    def ping(self) -> None:
+        self.call.ping()
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        with self.call.atomic():
+            yield
+
+
+TrainFn = Callable[[Context], Any]
+
+
+def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def]
+    """The function the Wrapper re-enters (``fn`` a :data:`TrainFn`, ``kept`` a
+    :class:`_Kept`). The Wrapper checks every parameter's annotation with ``issubclass``: the
+    ``call`` annotation must be the class itself and the others must stay unannotated (a
+    string, a generic such as ``Callable[...]`` or ``object`` would break or match)."""
+    state = call.state
+    _trace(f"iteration {state.iteration}")
+    kept.app_client = kept.app_client or _app_client(kept.settings)
+    lost = sorted(set(range(state.initial_world_size)) - _active_initial(call))
+    ctx = Context(rank=state.active_rank, world_size=state.active_world_size,
+                  initial_rank=state.initial_rank, initial_world_size=state.initial_world_size,
+                  iteration=state.iteration, lost=lost,
+                  store=torch.distributed.PrefixStore(
+                      f"{kept.settings.prefix}/app/{state.iteration}/", kept.app_client),
+                  job_store=torch.distributed.PrefixStore(
+                      f"{kept.settings.prefix}/job/", kept.app_client),
+                  memory=kept.memory, call=call, _kept=kept)
+    if state.active_world_size < kept.settings.min_world:
+        print(f"[inprocess] {state.active_world_size} rank(s) left, fewer than "
+              f"{kept.settings.min_world}: leaving the restart to the launcher", flush=True)
+        raise SystemExit(EXIT_BELOW_MIN)
+    if state.iteration >= kept.settings.max_iterations:
+        print(f"[inprocess] restart limit ({kept.settings.max_iterations}) reached: leaving "
+              "the restart to the launcher", flush=True)
+        raise SystemExit(EXIT_BELOW_MIN)  # an Exception here would only restart again
+    return fn(ctx)
+
+
+def _active_initial(call: Any) -> set[int]:
+    """Initial ranks of this iteration's active ranks (from the Wrapper's store)."""
+    state = call.state
+    try:
+        store = nvrx.store.PrefixStore(state.iteration, call.base_store)
+        got = store.get_initial_ranks(range(state.world_size))
+        return {int(x) for x in got}
+    except Exception:  # informational only
+        return set(range(state.initial_world_size))
+
+
+def _app_client(settings: Settings) -> torch.distributed.Store:
+    host, port = settings.host_port()
+    return torch.distributed.TCPStore(host, port, is_master=False,
+                                      timeout=_td(settings.barrier_timeout))
+
+
+def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
+    host, port = settings.host_port()
+    return nvrx.Wrapper(
+        store_factory=ExternalStore,
+        store_kwargs={"host_name": host, "port": port, "prefix": settings.prefix},
+        abort=_Abort(sockets, waker),
+        finalize=_Finalize(waker),
+        monitor_thread_interval=_td(settings.monitor_thread_interval),
+        monitor_process_interval=_td(settings.monitor_process_interval),
+        progress_watchdog_interval=_td(settings.progress_watchdog_interval),
+        heartbeat_interval=_td(settings.heartbeat_interval),
+        soft_timeout=_td(settings.soft_timeout),
+        hard_timeout=_td(settings.hard_timeout),
+        heartbeat_timeout=_td(settings.heartbeat_timeout),
+        barrier_timeout=_td(settings.barrier_timeout),
+        completion_timeout=_td(settings.completion_timeout),
+        last_call_wait=_td(settings.last_call_wait),
+        monitor_process_logfile=settings.logfile,
+    )
+
+
+def run(fn: TrainFn, settings: Settings) -> Any:
+    """Run ``fn(ctx)`` under in-process restart on every rank (RANK, WORLD_SIZE set); returns
+    its value on ranks active at the end, None on ranks left inactive. Call from the main
+    thread, before any process group exists."""
+    settings.check()
+    if os.environ.get("RESILIENT_INPROCESS_TRACE") == "debug":
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+    kept = _Kept(settings)
+    waker = Waker(settings.wake_interval)
+    wrapped = wrapper(settings, waker, kept.sockets)(_iteration)
+    # The Wrapper runs `while gc.collect()` before each restart: with torch imported a full
+    # collection took 0.6-0.9 s here. Objects alive now (modules, classes) are never garbage:
+    # freeze them out of the collector's scans.
+    gc.freeze()
+    try:
+        result = wrapped(None, fn, kept)
+        # Let the monitor process see its stop flag before this process exits; else it may
+        # report the exit as a terminated rank and interrupt ranks still leaving.
+        time.sleep(2 * settings.monitor_process_interval)
+        return result
+    finally:
+        waker.stop()
+        gc.unfreeze()
