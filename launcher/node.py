@@ -37,6 +37,7 @@ from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write_json
 from resilient_slurm.launcher import observe
 
+# Placeholders the plan writes into the command and this shim fills in on each node.
 LOCAL_ADDR = "{local_addr}"
 NODE = "{node}"
 

@@ -474,14 +474,14 @@ def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_pat
                        plan.Features(frozenset()), cfg, {})
     t0 = time.time()
     for n in ("node2", "node3", "node4"):
-        s.led.exclude(n, "rhc:XID79", now=t0)
+        s.node_ledger.exclude(n, "rhc:XID79", now=t0)
     slurm.drain("node4", "admin: still broken")
     try:
         for n, when in (("node2", t0 + 5), ("node3", t0 - 5), ("node4", t0 + 5)):
             (vdir / f"{n}.json").write_text(json.dumps(
                 {"format": 1, "node": n, "status": "ok", "codes": [], "time": when}))
         assert s._readmit() == ["node2"]
-        assert sorted(s.led.excluded) == ["node3", "node4"]
-        assert s.led.usable(["node2", "node3"]) == ["node2"]
+        assert sorted(s.node_ledger.excluded) == ["node3", "node4"]
+        assert s.node_ledger.usable(["node2", "node3"]) == ["node2"]
     finally:
         slurm.resume("node4")
