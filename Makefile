@@ -3,13 +3,18 @@ SHELL := /bin/bash
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup test typecheck test-slurm24 lint demo bench clean
+.PHONY: setup test test-unit typecheck test-slurm24 lint demo bench clean
 
 setup:
 	@scripts/setup.sh
 
 test: setup typecheck
 	RESILIENT_REQUIRE_SLURM=1 $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The fast subset: no Slurm, no training jobs, no wheel build (tests/conftest.py marks them
+# `unit`); a test that starts the sandbox without its `slurm` marker fails here.
+test-unit: setup
+	RESILIENT_NO_SLURM=1 $(VENV)/bin/pytest -q -m unit --durations=10 $(PYTEST_ARGS)
 
 # mypy on the installed package (the strict editable link tree: first-party imports resolve).
 typecheck: setup

@@ -32,7 +32,23 @@ def _sandbox_unavailable() -> str | None:
     return None
 
 
+# `make test-unit` sets this: the unit tests run without Slurm, so a test that reaches for the
+# sandbox there is missing its `slurm` marker.
+NO_SLURM_ENV = "RESILIENT_NO_SLURM"
+SLOW_MARKERS = ("slurm", "train", "integration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test not marked slurm, train or integration is a unit test (`make test-unit`)."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker(pytest.mark.unit)
+
+
 def require_sandbox() -> None:
+    if os.environ.get(NO_SLURM_ENV) == "1":
+        pytest.fail("this test starts the Slurm sandbox but is not marked `slurm` "
+                    f"(${NO_SLURM_ENV}=1: the unit tests run without Slurm)")
     why = _sandbox_unavailable()
     if why is None:
         return

@@ -20,6 +20,8 @@ import pytest
 
 from resilient_slurm.config import tomllib
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 # Developer notes inside package folders; everything else under a mapped folder must ship.
 NOT_SHIPPED = {"healthcheck/README.md", "training/README.md"}

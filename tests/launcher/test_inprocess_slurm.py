@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.slurm
+
 pytest.importorskip("torch")
 pytest.importorskip("nvidia_resiliency_ext.inprocess")
 

@@ -173,6 +173,7 @@ def test_monitor_interval_is_ft_launchers_own() -> None:
     assert not any(a.startswith("--monitor-interval") for a in argv)
 
 
+@pytest.mark.train
 def test_detect_features_on_the_installed_nvrx() -> None:
     import shutil
     import sys
