@@ -14,14 +14,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from resilient_slurm.sandbox import jobuser, lifecycle
 from resilient_slurm.sandbox.cluster import Paths, SandboxError, preflight
+
+T = TypeVar("T")
 
 
 def _sandbox_unavailable() -> str | None:
@@ -171,3 +174,14 @@ def slurm(sandbox: Paths):  # type: ignore[no-untyped-def]
     from resilient_slurm.slurm import connect
 
     return connect(conf=sandbox.conf, backend="cli", timeout=10)
+
+
+def wait_until(pred: Callable[[], T], timeout: float = 30.0, every: float = 0.3) -> T:
+    """``pred()``'s first truthy value, polled every ``every`` s (AssertionError at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s")
