@@ -16,26 +16,25 @@ import click
 from resilient_slurm.launcher import plan, published, straggler
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,
+    EXIT_MEANINGS,
     EXIT_USAGE,
     Settings,
     Supervisor,
 )
 from resilient_slurm.slurm import SlurmBackend
 
-EPILOG = """\b
-Exit codes:
-  0  training completed
-  2  usage or configuration error (also: not inside a Slurm allocation)
-  3  no-progress verdict: no new step report or complete checkpoint across
-     --no-progress-limit cycles/requeues (a deterministic crash); not requeued.
-     Never issued without a progress signal (the log says so)
-  4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
-     (requeue-unconfirmed: the controller did not answer in time; it may still take it)
-  5  requeued: Slurm restarts this batch script, blamed nodes excluded
-  143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
-     SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
-  1  internal error
-\b
+
+def _exit_codes() -> str:
+    """The "Exit codes" part of --help, from ``supervisor.EXIT_MEANINGS``."""
+    lines = ["\b", "Exit codes:"]
+    for code, meaning in EXIT_MEANINGS:
+        first, *rest = meaning.split("\n")
+        lines.append(f"  {code}  {first}")
+        lines += [f"     {line}" for line in rest]
+    return "\n".join(lines) + "\n"
+
+
+EPILOG = _exit_codes() + """\b
 A straggler (a node computing --straggler-factor times slower than the median over
 --straggler-window steps, from the training's step_timing events) stops the cycle and
 is blamed like a faulty node (--on-straggler); it is not drained unless the hooks'

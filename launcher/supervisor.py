@@ -49,6 +49,22 @@ from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
 EXIT_TERMINATED = 143
+# What each exit status means, in the order `resilient-launch --help` lists them (its one
+# definition: the help text is rendered from it).
+EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
+    (EXIT_DONE, "training completed"),
+    (EXIT_USAGE, "usage or configuration error (also: not inside a Slurm allocation)"),
+    (EXIT_NO_PROGRESS, "no-progress verdict: no new step report or complete checkpoint across\n"
+     "--no-progress-limit cycles/requeues (a deterministic crash); not requeued.\n"
+     "Never issued without a progress signal (the log says so)"),
+    (EXIT_BUDGET, "budget exhausted: a requeue was needed but --max-requeues is spent or it "
+     "failed\n(requeue-unconfirmed: the controller did not answer in time; it may still take "
+     "it)"),
+    (EXIT_REQUEUED, "requeued: Slurm restarts this batch script, blamed nodes excluded"),
+    (EXIT_TERMINATED, "terminated by SIGTERM (scancel, preemption): training saved, left to "
+     "Slurm;\nSIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue"),
+    (EXIT_ERROR, "internal error"),
+)
 EXIT_OF = {Action.DONE: EXIT_DONE, Action.TERMINATE: EXIT_TERMINATED,
            Action.NO_PROGRESS: EXIT_NO_PROGRESS, Action.BUDGET: EXIT_BUDGET}
 VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
