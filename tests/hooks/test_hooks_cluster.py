@@ -151,7 +151,10 @@ def test_hostile_job_name_and_comment_are_inert(sandbox, slurm, tmp_path) -> Non
                      "--export=ALL")
     finally:
         del os.environ["RS_TEST_HOSTILE"]
-    wait_until(lambda: slurm.job(jid).state in ("COMPLETED", "FAILED"), timeout=60)
+    try:
+        wait_until(lambda: slurm.job(jid).state in ("COMPLETED", "FAILED"), timeout=120)
+    except AssertionError as exc:  # say why: pending on what, on which nodes
+        raise AssertionError(f"{exc}: {slurm.job(jid)}; nodes {slurm.nodes()}") from None
     wait_until(lambda: len([e for e in events(sandbox, job=jid) if e["kind"] == "verdict"]) >= 2,
                timeout=20)
     assert not os.path.exists(pwned)
