@@ -39,12 +39,12 @@ def ft_report(ft_launcher: str) -> list[str]:
         return [f"ft_launcher: {ft_launcher} not found (resilient-launch needs it; "
                 "the hooks do not)"]
     try:
-        feats = detect_features(exe)
+        features = detect_features(exe)
     except PlanError as exc:
         return [f"ft_launcher: {exe}: {exc}"]
     lines = [f"ft_launcher: {exe}"]
     for name in FT_FLAGS:
-        flag = feats.flag(name)
+        flag = features.flag(name)
         lines.append(f"  {name:<24} {flag or '- (not offered: left out)'}")
     return lines
 

@@ -21,7 +21,7 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
     """Slurm ``Epilog=``: what happened during the job (new Xids, leftovers); drain if bad."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
-        hk = runner.hooks_cfg(config)
+        hook_settings = runner.hooks_cfg(config)
         path = job_file(config, ctx)
         saved = None
         if path is not None:
@@ -39,11 +39,11 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
             since = None
         # The job's GPUs only (a shared node's other jobs own the rest); node-wide without
         # SLURM_JOB_GPUS.
-        report = check(config, ctx, "epilog", hk.epilog_budget_s, since_position=since,
+        report = check(config, ctx, "epilog", hook_settings.epilog_budget_s, since_position=since,
                        gpu_indices=ctx.gpus)
-        if hk.epilog_diag_on_failure and ctx.exit_code not in (None, 0):
-            budget = hk.diag_budget_s()
-            deep_cfg = runner.with_health(config, dcgm_diag_level=hk.epilog_diag_level,
+        if hook_settings.epilog_diag_on_failure and ctx.exit_code not in (None, 0):
+            budget = hook_settings.diag_budget_s()
+            deep_cfg = runner.with_health(config, dcgm_diag_level=hook_settings.epilog_diag_level,
                                           dcgm_diag_timeout_s=budget,
                                           watchdog_s=budget + 1.0)
             deep = check(deep_cfg, ctx, "epilog", budget + 1.0, only=["dcgm_diag"])

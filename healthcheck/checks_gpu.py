@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from resilient_slurm.config import HealthConfig, ProfileSpec
+from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
 from .gpu import GpuInfo, GpuSnapshot
 from .model import FAIL, OK, UNKNOWN, WARN, Result

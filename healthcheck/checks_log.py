@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from resilient_slurm.config import HealthConfig
+from resilient_slurm.healthcheck.config import HealthConfig
 
 from .kernlog import LogEvent, LogRead
 from .model import FAIL, OK, UNKNOWN, WARN, Result

@@ -5,7 +5,7 @@ Every port counts: one DOWN port out of 32 fails the node (collectives crawl on 
 
 from __future__ import annotations
 
-from resilient_slurm.config import ProfileSpec
+from resilient_slurm.healthcheck.config import ProfileSpec
 
 from .model import FAIL, OK, UNKNOWN, Result
 from .registry import PERIODIC, PROLOG, declare

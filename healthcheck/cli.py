@@ -129,7 +129,7 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
     except ValueError as exc:
         click.echo(f"resilient-health: {exc}", err=True)
         sys.exit(2)
-    wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None  # type: ignore[arg-type,return-value]
+    wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None
     try:
         config = load_config(config_path)
         report = run_checks(config, check_set=check_set,
@@ -181,6 +181,7 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
     from resilient_slurm import fsutil
 
     from .genconf import CannotObserve, default_name, observe, render
+    from .gpu import GpuBackend
     from .nvml import NvmlBackend
     from .simulate import default_node, resolve_scenario
 
@@ -189,6 +190,7 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
         cfg = config.health
         node = node or default_node()
         scenario = resolve_scenario(config, simulate, node)
+        gpu: GpuBackend
         if scenario is None:
             gpu, sysfs_root, tool_path = NvmlBackend(), cfg.sysfs_root, cfg.tool_path
         else:

@@ -24,7 +24,8 @@ import shutil
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from resilient_slurm.config import ConfigError, ProfileSpec, build_dataclass, tomllib
+from resilient_slurm.config import ConfigError, build_dataclass, tomllib
+from resilient_slurm.healthcheck.config import ProfileSpec
 
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
 from .policy import generation_of

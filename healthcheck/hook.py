@@ -35,16 +35,17 @@ def health_main(argv: Sequence[str] | None = None) -> int:
     """Slurm ``HealthCheckProgram=``: periodic checks; drain bad nodes, resume our own."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
-        hk = runner.hooks_cfg(config)
+        hook_settings = runner.hooks_cfg(config)
         # Last resort: Slurm kills us at 60 s; never get there, whatever hangs.
         signal.signal(signal.SIGALRM, lambda *_: os._exit(runner.EXIT_HOOK_ERROR))
-        signal.alarm(int(hk.health_budget_s + 2 * hk.slurm_timeout_s + hk.lock_timeout_s) + 1)
+        signal.alarm(int(hook_settings.health_budget_s + 2 * hook_settings.slurm_timeout_s
+                         + hook_settings.lock_timeout_s) + 1)
         if job_starting(config):
             events.emit("health_yielded", cause="a job is starting on this node (prolog)")
             return 0
         try:
             with fsutil.locked(runner.state_path(config, "health.lock"), timeout=0):
-                report = check(config, ctx, "periodic", hk.health_budget_s)
+                report = check(config, ctx, "periodic", hook_settings.health_budget_s)
                 runner.record(config, ctx, "health", report, events)
                 return runner.act(config, ctx, report, events, may_resume=True,
                                   source="health")

@@ -1,7 +1,7 @@
 """Xid policy as data: per-generation maps from Xid to action, with boot-noise lists.
 
-Shipped maps: one base table ``healthcheck/policy/base.toml`` (one entry per Xid, each with its
-catalog source) and per generation only the differences (``<generation>.toml``); the site's
+Shipped maps: one base table ``healthcheck/xid_policies/base.toml`` (one entry per Xid, each
+with its catalog source) and per generation only the differences (``<generation>.toml``); the site's
 ``[health.xid_overrides.<generation>]`` and ``[health.boot_noise]`` change them. Fail closed:
 an Xid missing from the map, or any Xid on a GPU whose generation is unknown, gets action
 ``drain`` (without a hold: ``XidRule.mapped`` is False).
@@ -13,11 +13,12 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from resilient_slurm.config import HealthConfig, tomllib
+from resilient_slurm.config import tomllib
+from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 
-POLICY_DIR = os.path.join(os.path.dirname(__file__), "policy")
-GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
+POLICY_DIR = os.path.join(os.path.dirname(__file__), "xid_policies")
 
 # Actions by severity; the worst one in a set of Xids wins.
 ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboot": 4}
@@ -35,7 +36,7 @@ _ARCH = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell"}
 
 def generation_of(name: str | None, architecture: int | str | None = None) -> str:
     """``ampere|hopper|blackwell``, or ``""`` when unknown (callers fail closed)."""
-    if isinstance(architecture, str) and architecture in GENERATIONS:
+    if isinstance(architecture, str) and architecture in GPU_GENERATIONS:
         return architecture
     if isinstance(architecture, int) and architecture in _ARCH:
         return _ARCH[architecture]
@@ -72,7 +73,7 @@ class XidPolicy:
         return found
 
 
-def _rules(path: str, data: dict) -> dict[int, XidRule]:  # type: ignore[type-arg]
+def _rules(path: str, data: dict[str, Any]) -> dict[int, XidRule]:
     rules = {}
     for key, entry in data.get("xid", {}).items():
         action = entry["action"]
@@ -99,7 +100,7 @@ def _load_shipped(generation: str) -> tuple[dict[int, XidRule], frozenset[int]]:
 
 def load_policy(generation: str, cfg: HealthConfig) -> XidPolicy:
     """The effective policy for ``generation`` (shipped file + site overrides)."""
-    if generation not in GENERATIONS:
+    if generation not in GPU_GENERATIONS:
         return XidPolicy("")
     shipped, noise = _load_shipped(generation)
     rules = dict(shipped)
@@ -140,7 +141,7 @@ class EfaRule:
 
 @functools.lru_cache(maxsize=1)
 def efa_rules() -> tuple[EfaRule, ...]:
-    """Fatal EFA driver phrases and their actions (``policy/efa.toml``), longest first."""
+    """Fatal EFA driver phrases and their actions (``xid_policies/efa.toml``), longest first."""
     path = os.path.join(POLICY_DIR, "efa.toml")
     with open(path, "rb") as fh:
         data = tomllib.load(fh)

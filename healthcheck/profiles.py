@@ -14,13 +14,8 @@ import functools
 import os
 from dataclasses import dataclass
 
-from resilient_slurm.config import (
-    ConfigError,
-    HealthConfig,
-    ProfileSpec,
-    build_dataclass,
-    tomllib,
-)
+from resilient_slurm.config import ConfigError, build_dataclass, tomllib
+from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
 from .model import OK, UNKNOWN, WARN, Result
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from resilient_slurm.config import HealthConfig, ProfileSpec
+from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
 from .model import Result
 

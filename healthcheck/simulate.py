@@ -27,7 +27,8 @@ import tempfile
 from typing import Any
 
 from resilient_slurm import fsutil
-from resilient_slurm.config import Config, ConfigError, HealthConfig, build_dataclass, tomllib
+from resilient_slurm.config import Config, ConfigError, build_dataclass, tomllib
+from resilient_slurm.healthcheck.config import HealthConfig
 
 from .fakes import FakeNvml, write_gpu_pci, write_sysfs, write_tools
 from .kernlog import LinesSource

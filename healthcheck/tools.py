@@ -64,8 +64,8 @@ def evaluate_dcgm_diag(out: Outcome, level: int, required: bool = True) -> list[
     early = tool_failure(check, "DCGMI", out, required)
     if early:
         return [early]
-    if out.kind != "ok" and out.returncode in DCGM_EXIT:
-        status, code, why = DCGM_EXIT[out.returncode]  # type: ignore[index]
+    if out.kind != "ok" and out.returncode is not None and out.returncode in DCGM_EXIT:
+        status, code, why = DCGM_EXIT[out.returncode]
         return [Result(check, status, code, f"dcgmi diag -r {level}: {why} (exit {out.returncode})",
                        _failed_tests(out.stdout) or out.describe())]
     if out.kind != "ok":

@@ -20,14 +20,19 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
 
+if TYPE_CHECKING:  # the health engine is imported only when a hook runs checks
+    from resilient_slurm.healthcheck.model import Report
+
 EXIT_USAGE = 2
-Body = Callable[[Config, HookContext, runner.SafeEvents], int]
+# What a hook does once its context is read: returns the hook's exit status.
+HookBody = Callable[[Config, HookContext, runner.SafeEvents], int]
 
 
 def _parse(prog: str, argv: Sequence[str] | None, about: str) -> argparse.Namespace:
@@ -67,7 +72,7 @@ def _setup(prog: str, argv: Sequence[str] | None, about: str) -> tuple[Config, H
     return config, ctx
 
 
-def guarded(source: str, argv: Sequence[str] | None, about: str, body: Body) -> int:
+def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody) -> int:
     try:
         config, ctx = _setup(f"resilient-{source}", argv, about)
     except (ConfigError, ContextError) as exc:
@@ -95,7 +100,7 @@ _ABANDONED: list[str] = []
 
 
 def check(config: Config, ctx: HookContext, check_set: str, budget: float,
-          **kwargs):  # type: ignore[no-untyped-def]
+          **kwargs: Any) -> Report:
     from resilient_slurm.healthcheck.engine import run_checks
 
     report = run_checks(runner.with_budget(config, budget), check_set=check_set, node=ctx.node,

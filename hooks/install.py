@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from resilient_slurm import fsutil, proc
-from resilient_slurm.config import ConfigError, load_config
+from resilient_slurm.config import Config, ConfigError, load_config
 
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
@@ -143,11 +143,12 @@ def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
         problems.append(f"config {inst.config_path}: {exc}")
     if config is not None:
         problems += _owner_problems(inst.config_path)
-        hk = config.section("hooks")
+        hook_settings = config.section("hooks")
         for prog in ("scontrol", "sinfo"):
-            if proc.resolve(prog, hk.slurm_bin_dir) is None:
-                problems.append(f"hooks.slurm_bin_dir: {prog} not found in {hk.slurm_bin_dir}")
-        slurm_conf = slurm_conf or hk.slurm_conf or os.environ.get("SLURM_CONF") \
+            if proc.resolve(prog, hook_settings.slurm_bin_dir) is None:
+                problems.append(f"hooks.slurm_bin_dir: {prog} not found in "
+                                f"{hook_settings.slurm_bin_dir}")
+        slurm_conf = slurm_conf or hook_settings.slurm_conf or os.environ.get("SLURM_CONF") \
             or "/etc/slurm/slurm.conf"
     problems += _conf_problems(inst, slurm_conf or "/etc/slurm/slurm.conf")
     if config is not None:
@@ -155,7 +156,7 @@ def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
     return problems
 
 
-def profile_problems(config, slurm_conf: str) -> list[str]:  # type: ignore[no-untyped-def]
+def profile_problems(config: Config, slurm_conf: str) -> list[str]:
     """Nodes of slurm.conf that no profile matches (their runs would be ``unknown``)."""
     from resilient_slurm.healthcheck.profiles import select_profile
     from resilient_slurm.slurm.hostlist import HostlistError, expand

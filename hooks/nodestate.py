@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report, Result
-from resilient_slurm.slurm import Node, sanitize_reason
+from resilient_slurm.slurm import Node, SlurmBackend, sanitize_reason
 
 NONE = "none"
 DRAIN = "drain"
@@ -107,7 +107,7 @@ def decide(
     return Decision(NONE, "", "healthy")
 
 
-def apply(slurm, node: str, decision: Decision) -> None:  # type: ignore[no-untyped-def]
+def apply(slurm: SlurmBackend, node: str, decision: Decision) -> None:
     """Carry out ``decision`` through the Slurm seam (raises SlurmError on failure)."""
     if decision.action == DRAIN:
         slurm.drain(node, decision.reason)

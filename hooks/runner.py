@@ -85,7 +85,8 @@ def with_budget(config: Config, budget_s: float) -> Config:
 
 
 def hooks_cfg(config: Config) -> HooksConfig:
-    return config.section("hooks")  # type: ignore[no-any-return]
+    hooks: HooksConfig = config.section("hooks")
+    return hooks
 
 
 def state_path(config: Config, name: str) -> str:
@@ -123,19 +124,20 @@ def record(config: Config, ctx: HookContext, source: str, report: Report, events
            **extra: Any) -> None:
     """The run's verdict: event, published verdict file, metrics (each failure only warned)."""
     events.emit("verdict", **verdict_fields(report), **extra)
-    hk = hooks_cfg(config)
-    if hk.verdict_file:
+    hook_settings = hooks_cfg(config)
+    if hook_settings.verdict_file:
         try:
-            verdict.publish(hk.verdict_file, verdict.verdict_record(report, source, ctx.job_id))
+            verdict.publish(hook_settings.verdict_file,
+                            verdict.verdict_record(report, source, ctx.job_id))
         except OSError as exc:
-            warn(source, f"verdict file {hk.verdict_file}", exc)
-    if hk.metrics_file:
+            warn(source, f"verdict file {hook_settings.verdict_file}", exc)
+    if hook_settings.metrics_file:
         from resilient_slurm.healthcheck.metrics import write_metrics as write
 
         try:
-            write(hk.metrics_file, report)
+            write(hook_settings.metrics_file, report)
         except OSError as exc:
-            warn(source, f"metrics file {hk.metrics_file}", exc)
+            warn(source, f"metrics file {hook_settings.metrics_file}", exc)
 
 
 def load_state(config: Config, source: str) -> dict[str, Any]:
@@ -186,7 +188,7 @@ def act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
 
 def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
          may_resume: bool, source: str) -> int:
-    hk = hooks_cfg(config)
+    hook_settings = hooks_cfg(config)
     state = load_state(config, source)
     healthy = report.status not in ("fail", "unknown")
     status = 0 if healthy else report.exit_code
@@ -202,21 +204,21 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
         if state != before:
             save_state(config, source, state)
         return status  # healthy, nothing of ours to undo: no Slurm call at all
-    conf = hk.slurm_conf or None
-    slurm = connect(conf=conf, backend="cli", timeout=hk.slurm_timeout_s,
-                    bin_dir=hk.slurm_bin_dir, env={} if conf else None,
+    conf = hook_settings.slurm_conf or None
+    slurm = connect(conf=conf, backend="cli", timeout=hook_settings.slurm_timeout_s,
+                    bin_dir=hook_settings.slurm_bin_dir, env={} if conf else None,
                     version_file=state_path(config, "slurm-version.json"))
     boot = (report.kernel_position or {}).get("boot_id")
     try:
         node = slurm.node(ctx.node)  # this node only
-        ours = node.drain and nodestate.ours(node, hk.owner_prefix)
+        ours = node.drain and nodestate.ours(node, hook_settings.owner_prefix)
         hold = state.get("hold")
         if isinstance(hold, dict) and (not ours
                                        or (boot and hold.get("boot_id") not in (None, boot))):
             hold = None  # an admin resumed the node, or it rebooted since
         decision = nodestate.decide(
-            report, node, _int(state.get("healthy_streak")), prefix=hk.owner_prefix,
-            resume_after=hk.resume_after, reboot_enabled=hk.reboot_enabled,
+            report, node, _int(state.get("healthy_streak")), prefix=hook_settings.owner_prefix,
+            resume_after=hook_settings.resume_after, reboot_enabled=hook_settings.reboot_enabled,
             may_resume=may_resume, hold=hold.get("code") if isinstance(hold, dict) else None)
         cause = nodestate.hold_for(report)
         if cause is not None and decision.action in (nodestate.DRAIN, nodestate.REBOOT):

@@ -16,26 +16,25 @@ import click
 from resilient_slurm.launcher import plan, published, straggler
 from resilient_slurm.launcher.supervisor import (
     EXIT_ERROR,
+    EXIT_MEANINGS,
     EXIT_USAGE,
     Settings,
     Supervisor,
 )
 from resilient_slurm.slurm import SlurmBackend
 
-EPILOG = """\b
-Exit codes:
-  0  training completed
-  2  usage or configuration error (also: not inside a Slurm allocation)
-  3  no-progress verdict: no new step report or complete checkpoint across
-     --no-progress-limit cycles/requeues (a deterministic crash); not requeued.
-     Never issued without a progress signal (the log says so)
-  4  budget exhausted: a requeue was needed but --max-requeues is spent or it failed
-     (requeue-unconfirmed: the controller did not answer in time; it may still take it)
-  5  requeued: Slurm restarts this batch script, blamed nodes excluded
-  143  terminated by SIGTERM (scancel, preemption): training saved, left to Slurm;
-     SIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue
-  1  internal error
-\b
+
+def _exit_codes() -> str:
+    """The "Exit codes" part of --help, from ``supervisor.EXIT_MEANINGS``."""
+    lines = ["\b", "Exit codes:"]
+    for code, meaning in EXIT_MEANINGS:
+        first, *rest = meaning.split("\n")
+        lines.append(f"  {code}  {first}")
+        lines += [f"     {line}" for line in rest]
+    return "\n".join(lines) + "\n"
+
+
+EPILOG = _exit_codes() + """\b
 A straggler (a node computing --straggler-factor times slower than the median over
 --straggler-window steps, from the training's step_timing events) stops the cycle and
 is blamed like a faulty node (--on-straggler); it is not drained unless the hooks'
@@ -186,7 +185,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                                                 else straggler.DEFAULT_MAX_SHARE,
                                                 on_straggler))
     try:
-        feats = plan.detect_features(ft_launcher)
+        features = plan.detect_features(ft_launcher)
     except plan.PlanError as exc:
         _die(str(exc))
     from resilient_slurm.slurm import SlurmError, connect
@@ -213,10 +212,10 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         except inprocess_plan.InprocessPlanError as exc:
             _die(str(exc))
     if dry_run:
-        _print_plan(slurm, alloc, opts, feats, cfg)
+        _print_plan(slurm, alloc, opts, features, cfg)
         return
     try:
-        code = Supervisor(slurm, alloc, opts, feats, cfg, env).run()
+        code = Supervisor(slurm, alloc, opts, features, cfg, env).run()
     except Exception as exc:  # noqa: BLE001 - one clear line, the exit code says "internal"
         click.echo(f"resilient-launch: internal error: {type(exc).__name__}: {exc}", err=True)
         code = EXIT_ERROR
@@ -227,29 +226,30 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
 
 
 def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
-                feats: plan.Features, cfg: Settings) -> None:
+                features: plan.Features, cfg: Settings) -> None:
     from resilient_slurm.launcher import evidence, ledger
 
-    led = ledger.load(cfg.state_dir)  # read only: a dry run writes nothing
-    nodes = led.usable(list(alloc.nodes))
+    node_ledger = ledger.load(cfg.state_dir)  # read only: a dry run writes nothing
+    nodes = node_ledger.usable(list(alloc.nodes))
     addrs = evidence.node_addresses(slurm, list(alloc.nodes))
-    cycle_dir = os.path.join(cfg.state_dir, "cycles", f"r{alloc.restart_count}-c{led.cycles + 1}")
+    cycle_dir = os.path.join(cfg.state_dir, "cycles",
+                             f"r{alloc.restart_count}-c{node_ledger.cycles + 1}")
     echo = click.echo
     echo(f"job {alloc.job_id} restart {alloc.restart_count}/{cfg.max_requeues}: allocation "
-         f"{','.join(alloc.nodes)}; excluded {','.join(sorted(led.excluded)) or '-'}")
+         f"{','.join(alloc.nodes)}; excluded {','.join(sorted(node_ledger.excluded)) or '-'}")
     echo(f"nodes: {','.join(nodes)} (min {cfg.min_nodes}); addresses: "
          + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
-    echo(f"nvidia-resiliency-ext {feats.version or '?'}: "
-         + ", ".join(f"{k}={feats.flag(k) or '-'}" for k in plan.FT_FLAGS))
+    echo(f"nvidia-resiliency-ext {features.version or '?'}: "
+         + ", ".join(f"{k}={features.flag(k) or '-'}" for k in plan.FT_FLAGS))
     echo(f"checkpoints: {cfg.checkpoint_dir or 'none'}; state: {cfg.state_dir}; budgets: "
          f"{cfg.max_restarts} in-job restarts/cycle (job), {cfg.max_requeues} requeues, "
          f"no-progress limit {cfg.no_progress_limit}, {cfg.max_strikes} strikes")
     if len(nodes) < cfg.min_nodes:
         echo("plan: too few usable nodes: requeue with exclusions")
         return
-    cyc = plan.plan_cycle(alloc, opts, feats, nodes, addrs, led.cycles + 1, cycle_dir)
-    echo(f"cycle {cyc.number}: rendezvous {cyc.endpoint} id {cyc.rdzv_id}")
-    echo(shlex.join(cyc.argv))
+    cycle = plan.plan_cycle(alloc, opts, features, nodes, addrs, node_ledger.cycles + 1, cycle_dir)
+    echo(f"cycle {cycle.number}: rendezvous {cycle.endpoint} id {cycle.rdzv_id}")
+    echo(shlex.join(cycle.argv))
     echo(f"published health verdicts: {cfg.verdict_path or '-'}")
     if cfg.straggler is not None:
         st = cfg.straggler

@@ -29,12 +29,12 @@ def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
                 addrs[n.name] = n.addr
     except SlurmError:
         pass
-    for n in nodes:
-        if n not in addrs:
+    for name in nodes:
+        if name not in addrs:
             try:
-                addrs[n] = socket.gethostbyname(n)
+                addrs[name] = socket.gethostbyname(name)
             except OSError:
-                addrs[n] = ""
+                addrs[name] = ""
     return addrs
 
 

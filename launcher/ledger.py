@@ -72,13 +72,13 @@ class Ledger:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Ledger:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        led = cls(**known)
-        led.strikes = {str(k): int(v) for k, v in led.strikes.items()}
-        led.excluded = {str(k): str(v) for k, v in led.excluded.items()}
-        led.excluded_at = {str(k): float(v) for k, v in led.excluded_at.items()}
-        if led.user_excluded is not None:
-            led.user_excluded = [str(n) for n in led.user_excluded]
-        return led
+        ledger = cls(**known)
+        ledger.strikes = {str(k): int(v) for k, v in ledger.strikes.items()}
+        ledger.excluded = {str(k): str(v) for k, v in ledger.excluded.items()}
+        ledger.excluded_at = {str(k): float(v) for k, v in ledger.excluded_at.items()}
+        if ledger.user_excluded is not None:
+            ledger.user_excluded = [str(n) for n in ledger.user_excluded]
+        return ledger
 
 
 def load(state_dir: str, job_id: int | None = None) -> Ledger:
@@ -88,17 +88,17 @@ def load(state_dir: str, job_id: int | None = None) -> Ledger:
     path = os.path.join(state_dir, LEDGER_FILE)
     try:
         data = read_json(path, default=None)
-        led = Ledger() if not isinstance(data, dict) else Ledger.from_json(data)
+        ledger = Ledger() if not isinstance(data, dict) else Ledger.from_json(data)
     except (ValueError, TypeError, AttributeError):
         os.replace(path, path + ".corrupt")
         return Ledger(job_id=job_id)
-    if job_id is not None and led.job_id is not None and led.job_id != job_id:
-        os.replace(path, os.path.join(state_dir, f"ledger.{led.job_id}.json"))
+    if job_id is not None and ledger.job_id is not None and ledger.job_id != job_id:
+        os.replace(path, os.path.join(state_dir, f"ledger.{ledger.job_id}.json"))
         return Ledger(job_id=job_id)
     if job_id is not None:
-        led.job_id = job_id
-    return led
+        ledger.job_id = job_id
+    return ledger
 
 
-def save(state_dir: str, led: Ledger) -> None:
-    atomic_write_json(os.path.join(state_dir, LEDGER_FILE), led.to_json())
+def save(state_dir: str, ledger: Ledger) -> None:
+    atomic_write_json(os.path.join(state_dir, LEDGER_FILE), ledger.to_json())

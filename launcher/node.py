@@ -37,6 +37,7 @@ from resilient_slurm.events import EventLog
 from resilient_slurm.fsutil import atomic_write_json
 from resilient_slurm.launcher import observe
 
+# Placeholders the plan writes into the command and this shim fills in on each node.
 LOCAL_ADDR = "{local_addr}"
 NODE = "{node}"
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
     relay = None
-    if watch and child.stderr is not None:
+    if watch and events_file and child.stderr is not None:
         relay = threading.Thread(target=relay_stderr, daemon=True,
                                  args=(child.stderr, EventLog(events_file, "node", node=node)))
         relay.start()

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resilient_slurm import proc
+from resilient_slurm.launcher.node import LOCAL_ADDR, NODE  # filled in per node by the shim
 from resilient_slurm.slurm import HostlistError, compress, expand
 
 # Canonical option -> spellings seen across NVRx releases (0.4.1 first). The first spelling
@@ -35,8 +36,6 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
     "local_addr": ("--local-addr",),
     "log_dir": ("--log-dir",),
 }
-LOCAL_ADDR = "{local_addr}"  # substituted per node by ``resilient_slurm.launcher.node``
-NODE = "{node}"
 
 
 class PlanError(ValueError):
@@ -178,7 +177,7 @@ def rdzv_id(alloc: Allocation, cycle: int) -> str:
     return f"rs-{alloc.job_id}-r{alloc.restart_count}-c{cycle}"
 
 
-def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str, rid: str,
+def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: str, rid: str,
                log_dir: str | None = None) -> list[str]:
     """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
     span = f"{min(opts.min_nnodes, nnodes)}:{nnodes}" if opts.min_nnodes else str(nnodes)
@@ -188,7 +187,7 @@ def ft_command(opts: LaunchOptions, feats: Features, nnodes: int, endpoint: str,
     given = {a.split("=", 1)[0] for a in opts.ft_args if a.startswith("--")}
 
     def add(name: str, value: object | None = None) -> None:
-        flag = feats.flag(name)
+        flag = features.flag(name)
         if flag is None or flag in given:
             return
         argv.append(flag if value is None else f"{flag}={value}")
@@ -257,7 +256,7 @@ class Cycle:
     files: tuple[tuple[str, str], ...] = ()  # (path, text) to write before running argv
 
 
-def plan_cycle(alloc: Allocation, opts: LaunchOptions, feats: Features, nodes: Sequence[str],
+def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes: Sequence[str],
                addrs: Mapping[str, str], cycle: int, cycle_dir: str,
                ephemeral: tuple[int, int] = EPHEMERAL_DEFAULT) -> Cycle:
     if not nodes:
@@ -267,7 +266,7 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, feats: Features, nodes: S
     record_dir = os.path.join(cycle_dir, "nodes")
     addrs_file = os.path.join(cycle_dir, "addrs.json")
     nodefile = os.path.join(cycle_dir, "nodelist")
-    ft = ft_command(opts, feats, len(nodes), endpoint, rid,
+    ft = ft_command(opts, features, len(nodes), endpoint, rid,
                     log_dir=os.path.join(cycle_dir, "torchelastic", NODE))
     wrapper = node_wrapper(record_dir, addrs_file)
     argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id, nodefile)

@@ -28,8 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.training.layout import COMMIT_MARKER
 
-MARKERS = ("COMMITTED", "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
+# Completion markers: our own checkpoint layout's first (training/layout.py), then common ones.
+MARKERS = (COMMIT_MARKER, "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
            "_SUCCESS", "SUCCESS", "_COMPLETE")
 DCP_METADATA = ".metadata"
 MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"

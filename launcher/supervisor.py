@@ -49,6 +49,22 @@ from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
 EXIT_TERMINATED = 143
+# What each exit status means, in the order `resilient-launch --help` lists them (its one
+# definition: the help text is rendered from it).
+EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
+    (EXIT_DONE, "training completed"),
+    (EXIT_USAGE, "usage or configuration error (also: not inside a Slurm allocation)"),
+    (EXIT_NO_PROGRESS, "no-progress verdict: no new step report or complete checkpoint across\n"
+     "--no-progress-limit cycles/requeues (a deterministic crash); not requeued.\n"
+     "Never issued without a progress signal (the log says so)"),
+    (EXIT_BUDGET, "budget exhausted: a requeue was needed but --max-requeues is spent or it "
+     "failed\n(requeue-unconfirmed: the controller did not answer in time; it may still take "
+     "it)"),
+    (EXIT_REQUEUED, "requeued: Slurm restarts this batch script, blamed nodes excluded"),
+    (EXIT_TERMINATED, "terminated by SIGTERM (scancel, preemption): training saved, left to "
+     "Slurm;\nSIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue"),
+    (EXIT_ERROR, "internal error"),
+)
 EXIT_OF = {Action.DONE: EXIT_DONE, Action.TERMINATE: EXIT_TERMINATED,
            Action.NO_PROGRESS: EXIT_NO_PROGRESS, Action.BUDGET: EXIT_BUDGET}
 VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
@@ -78,14 +94,15 @@ class Supervisor:
     """One batch script's run of the cycle loop (a requeued script starts a new one)."""
 
     def __init__(self, slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
-                 feats: plan.Features, cfg: Settings, env: Mapping[str, str]) -> None:
-        self.slurm, self.alloc, self.opts, self.feats, self.cfg = slurm, alloc, opts, feats, cfg
+                 features: plan.Features, cfg: Settings, env: Mapping[str, str]) -> None:
+        self.slurm, self.alloc, self.opts, self.cfg = slurm, alloc, opts, cfg
+        self.features = features
         self.events_path = os.path.join(cfg.state_dir, "events.jsonl")
         self.log = EventLog(self.events_path, "launcher", job=alloc.job_id)
         self.env = {**env, **opts.extra_env, "RESILIENT_EVENTS_FILE": self.events_path,
                     "RESILIENT_STATE_DIR": cfg.state_dir,
                     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        self.led = ledger.load(cfg.state_dir, alloc.job_id)
+        self.node_ledger = ledger.load(cfg.state_dir, alloc.job_id)
         self.requested_nodes = len(alloc.nodes)  # before any release
         self.proc: subprocess.Popen[bytes] | None = None
         self.signal = Signal.NONE
@@ -99,7 +116,7 @@ class Supervisor:
             self.signal = Signal.TERM if signum == signal.SIGTERM else Signal.USR1
 
     def _save(self) -> None:
-        ledger.save(self.cfg.state_dir, self.led)
+        ledger.save(self.cfg.state_dir, self.node_ledger)
 
     def _progress_step(self) -> int | None:
         """The training's progress now (the one call the no-progress rule reads): step
@@ -113,7 +130,7 @@ class Supervisor:
         p = progress.observe(self.cfg.checkpoint_dir, self.events_path,
                              self.cfg.checkpoint_marker)
         if p.known:
-            self.led.record_progress(p.step)
+            self.node_ledger.record_progress(p.step)
         elif not self.said_no_signal:
             self.said_no_signal = True
             why = ("no progress signal (no step reports, no complete checkpoint under "
@@ -125,7 +142,7 @@ class Supervisor:
 
     def _state(self, phase: Phase, usable: int, blamed: int = 0) -> policy.State:
         return policy.State(phase, self.signal, usable, self.cfg.min_nodes, blamed,
-                            self.led.no_progress, self.cfg.no_progress_limit,
+                            self.node_ledger.no_progress, self.cfg.no_progress_limit,
                             self.alloc.restart_count, self.cfg.max_requeues)
 
     # -- the loop --------------------------------------------------------------------------
@@ -133,12 +150,12 @@ class Supervisor:
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         self.kill_wait = self.slurm.kill_wait()
-        if self.led.user_excluded is None:
-            self.led.user_excluded = self._user_excluded()
-        nodes = self.led.usable(list(self.alloc.nodes))
+        if self.node_ledger.user_excluded is None:
+            self.node_ledger.user_excluded = self._user_excluded()
+        nodes = self.node_ledger.usable(list(self.alloc.nodes))
         self.log.emit("launch_start", restart_count=self.alloc.restart_count, pid=os.getpid(),
                       allocation=list(self.alloc.nodes), nodes=nodes,
-                      excluded=sorted(self.led.excluded), nvrx=self.feats.version,
+                      excluded=sorted(self.node_ledger.excluded), nvrx=self.features.version,
                       min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
                       kill_wait=self.kill_wait, committed_step=self._progress_step())
         self._save()
@@ -147,7 +164,7 @@ class Supervisor:
             d = policy.decide(self._state(Phase.BEFORE_CYCLE, len(nodes)))
             if d.action is not Action.RUN_CYCLE:
                 return self._act(d)
-            self.led.cycles += 1
+            self.node_ledger.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
             step = self._record_progress()
@@ -166,7 +183,7 @@ class Supervisor:
                                      "node's launcher failed)")
             decision = self._blame(nodes, cycle_dir, started)
             for node, why in decision.blamed.items():
-                self.led.exclude(node, "; ".join(why))
+                self.node_ledger.exclude(node, "; ".join(why))
             self._save()
             survivors = [n for n in nodes if n not in decision.blamed]
             prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
@@ -179,7 +196,7 @@ class Supervisor:
                 self.log.emit("exclude", node=node, mode="elastic", survivors=survivors,
                               reason=decision.blamed[node])
             self.log.emit("recovery", by="elastic relaunch", nodes=survivors,
-                          excluded=decision.nodes, cycle=self.led.cycles)
+                          excluded=decision.nodes, cycle=self.node_ledger.cycles)
             self._release(decision.nodes)
             nodes = survivors
 
@@ -199,24 +216,24 @@ class Supervisor:
 
     def _run_cycle(self, nodes: list[str], addrs: Mapping[str, str]
                    ) -> tuple[int, str, str, float]:
-        n = self.led.cycles
+        n = self.node_ledger.cycles
         cycle_dir = os.path.join(self.cfg.state_dir, "cycles",
                                  f"r{self.alloc.restart_count}-c{n}")
-        cyc = plan.plan_cycle(self.alloc, self.opts, self.feats, nodes, addrs, n, cycle_dir,
+        cycle = plan.plan_cycle(self.alloc, self.opts, self.features, nodes, addrs, n, cycle_dir,
                               plan.ephemeral_range())
-        for path, text in cyc.files:
+        for path, text in cycle.files:
             atomic_write(path, text)
         started = time.time()
         mon = straggler.Monitor(self.cfg.straggler, nodes, self.events_path) \
             if self.cfg.straggler else None
-        self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cyc.endpoint,
-                      rdzv_id=cyc.rdzv_id, committed_step=self._progress_step(),
-                      argv=list(cyc.argv))
-        self.proc = subprocess.Popen(list(cyc.argv), env=self.env)  # noqa: S603 - argv list
-        stopped = self._watch(nodes, started, cyc.record_dir, mon)
+        self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cycle.endpoint,
+                      rdzv_id=cycle.rdzv_id, committed_step=self._progress_step(),
+                      argv=list(cycle.argv))
+        self.proc = subprocess.Popen(list(cycle.argv), env=self.env)  # noqa: S603 - argv list
+        stopped = self._watch(nodes, started, cycle.record_dir, mon)
         rc = self.proc.wait()
         self.proc = None
-        recs = evidence.exit_records(cyc.record_dir)
+        recs = evidence.exit_records(cycle.record_dir)
         self.log.emit("cycle_end", cycle=n, rc=rc, stopped=stopped or None,
                       duration_s=round(time.time() - started, 2),
                       straggler_ratio_max=round(mon.highest, 3) if mon else None,
@@ -318,7 +335,7 @@ class Supervisor:
         if batch in blamed:
             self.log.emit("release", nodes=[batch], done=False,
                           reason="the batch host cannot leave the allocation")
-        keep = [n for n in self.alloc.nodes if n not in self.led.excluded or n == batch]
+        keep = [n for n in self.alloc.nodes if n not in self.node_ledger.excluded or n == batch]
         drop = [n for n in self.alloc.nodes if n not in keep]
         if not drop:
             return
@@ -337,13 +354,13 @@ class Supervisor:
                                   self.cfg.health_timeout) if self.cfg.verdict_path else {}
         evs = evidence.gather(self.slurm, nodes, cycle_dir, found,
                               {n: v.evidence for n, v in self.slow.items()})
-        decision = blame.decide(evs, self.led.strikes, self.cfg.max_strikes,
+        decision = blame.decide(evs, self.node_ledger.strikes, self.cfg.max_strikes,
                                 self.cfg.max_blame_share)
         straggler.report_causes(self.log, evs)  # drained only by the hooks, for a cause
         for node in decision.strikes:
-            self.led.strike(node)
+            self.node_ledger.strike(node)
         self._save()
-        self.log.emit("blame", cycle=self.led.cycles, blamed=decision.blamed or None,
+        self.log.emit("blame", cycle=self.node_ledger.cycles, blamed=decision.blamed or None,
                       strikes=decision.strike_totals or None,
                       shared_fault=decision.shared_fault or None,
                       evidence=[e.as_dict() for e in evs])
@@ -353,27 +370,27 @@ class Supervisor:
     def _verdict(self, verdict: str, code: int, message: str) -> int:
         self._save()
         self.log.emit("verdict", verdict=verdict, exit_code=code, message=message,
-                      cycles=self.led.cycles, requeues=self.alloc.restart_count,
-                      committed_step=self.led.best_step)
+                      cycles=self.node_ledger.cycles, requeues=self.alloc.restart_count,
+                      committed_step=self.node_ledger.best_step)
         print(f"resilient-launch: {verdict}: {message} (exit {code})", flush=True)
         return code
 
     def _readmit(self) -> list[str]:
         """Excluded nodes an admin returned to service and the hooks call healthy since."""
-        if not self.led.excluded or not self.cfg.verdict_path:
+        if not self.node_ledger.excluded or not self.cfg.verdict_path:
             return []
         try:
-            states = {n.name: n for n in self.slurm.nodes(sorted(self.led.excluded))}
+            states = {n.name: n for n in self.slurm.nodes(sorted(self.node_ledger.excluded))}
         except SlurmError:
             return []
         back = []
-        for node, at in sorted(self.led.excluded_at.items()):
+        for node, at in sorted(self.node_ledger.excluded_at.items()):
             st = states.get(node)
             v = published.read(published.path_for(self.cfg.verdict_path,
                                                                      node))
             if st is not None and st.available and v is not None and v.status == blame.OK \
                     and v.ts > at:
-                self.led.readmit(node)
+                self.node_ledger.readmit(node)
                 back.append(node)
         return back
 
@@ -382,8 +399,8 @@ class Supervisor:
         if self.signal is Signal.TERM:
             return self._act(policy.decide(self._state(Phase.FAILED, 0)))
         back = self._readmit()
-        excluded = sorted(self.led.excluded)
-        self.led.requeues += 1
+        excluded = sorted(self.node_ledger.excluded)
+        self.node_ledger.requeues += 1
         self._save()
         self.log.emit("requeue", reason=why, excluded=excluded, readmitted=back or None,
                       restart_count=self.alloc.restart_count + 1)
@@ -394,7 +411,7 @@ class Supervisor:
         res = requeue_excluding(self.slurm, self.alloc.job_id, excluded,
                                 budget_s=budget_for(self.kill_wait),
                                 num_nodes=self.requested_nodes if shrunk else None,
-                                user_excluded=self.led.user_excluded if back else None)
+                                user_excluded=self.node_ledger.user_excluded if back else None)
         if res.unconfirmed:  # a stalled controller may still act on it when it wakes
             return self._verdict("requeue-unconfirmed", EXIT_BUDGET,
                                  f"{res.error}; if the controller takes the requeue when it "

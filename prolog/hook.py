@@ -25,14 +25,15 @@ def prolog_main(argv: Sequence[str] | None = None) -> int:
     """Slurm ``Prolog=``: fast checks on the job's GPUs; drain and exit 1 when unhealthy."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
-        hk = runner.hooks_cfg(config)
+        hook_settings = runner.hooks_cfg(config)
         with contextlib.ExitStack() as stack:
             try:  # a job is starting: a health run now yields (never waits on us)
                 stack.enter_context(fsutil.locked(runner.state_path(config, JOB_START_LOCK),
                                                   timeout=1.0, shared=True))
             except (TimeoutError, OSError) as exc:
                 runner.warn("prolog", "job-start lock", exc)
-            report = check(config, ctx, "prolog", hk.prolog_budget_s, gpu_indices=ctx.gpus)
+            report = check(config, ctx, "prolog", hook_settings.prolog_budget_s,
+                           gpu_indices=ctx.gpus)
             runner.record(config, ctx, "prolog", report, events)
             _save_position(config, ctx, report)
             return runner.act(config, ctx, report, events, may_resume=False, source="prolog")

@@ -138,9 +138,11 @@ def fault(node: str, scenario: str, root: str) -> None:
         meta = read_meta(paths)
     except SandboxError as exc:
         _fail(exc)
-    if node not in meta.get("nodes", []):  # type: ignore[operator]
-        raise click.BadParameter(f"{node} is not a node of this sandbox "
-                                 f"({', '.join(meta.get('nodes', []))})", param_hint="NODE")  # type: ignore[arg-type]
+    nodes = meta.get("nodes")
+    known = [str(n) for n in nodes] if isinstance(nodes, list) else []
+    if node not in known:
+        raise click.BadParameter(f"{node} is not a node of this sandbox ({', '.join(known)})",
+                                 param_hint="NODE")
     if scenario == "clear":
         # "clear" stands for a repaired, rebooted node: healthy hardware and a new boot id.
         from resilient_slurm.fsutil import atomic_write

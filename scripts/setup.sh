@@ -31,6 +31,26 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip setuptools wheel
     # torch before anything that depends on it: 2.13.0 is the local CPU wheel.
     .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0
-    .venv/bin/pip install -q -e ".[train,test,plot]"
+    .venv/bin/pip install -q -e ".[train,test,plot]" --config-settings editable_mode=strict
     touch "$stamp"
+fi
+
+# The project itself, editable in strict mode: setuptools builds a link tree
+# (build/__editable__.*/resilient_slurm/..., one symlink per repository file) instead of an
+# import hook, so mypy and IDEs resolve every `resilient_slurm.*` import to its file here.
+# A link tree lists files: it is rebuilt whenever the set of package files changes.
+files=$(git ls-files core slurm sandbox healthcheck prolog epilog launcher training sbatch hooks \
+        2>/dev/null | sha1sum | cut -c1-40)
+tree_stamp=.venv/.resilient-linktree
+if [ ! -d build ] || [ "$(cat "$tree_stamp" 2>/dev/null)" != "$files" ] \
+        || [ pyproject.toml -nt "$tree_stamp" ] \
+        || ! .venv/bin/python -c "import resilient_slurm" 2>/dev/null; then
+    echo "setup: installing the project editable (strict mode: link tree)"
+    log=$(mktemp)
+    if ! .venv/bin/pip install -q --no-deps --no-build-isolation -e . \
+            --config-settings editable_mode=strict >"$log" 2>&1; then
+        cat "$log" >&2; rm -f "$log"; exit 1
+    fi
+    rm -f "$log"
+    echo "$files" >"$tree_stamp"
 fi

@@ -163,6 +163,14 @@ class CliSlurm:
         job ID`` on >= 23.02, ``scontrol -o show job ID`` on 22.05). SlurmError if the
         controller does not know it, does not answer, or answers with something unreadable."""
         jid = _job_id(job_id)
+        try:
+            return self._job(jid, timeout)
+        except SlurmError as exc:  # name the job: scontrol's "Invalid job id specified" does not
+            if str(jid) in exc.message:
+                raise
+            raise SlurmError(f"job {jid}: {exc.message}", exc.command, exc.returncode) from None
+
+    def _job(self, jid: int, timeout: float | None) -> Job:
         if self.version() >= (23, 2):
             text = self._run(["scontrol", "--json", "show", "job", str(jid)], timeout)
             try:

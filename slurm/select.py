@@ -22,7 +22,7 @@ def version_pair(version: str) -> tuple[int, int] | None:
 def _pyslurm_status(cli: CliSlurm) -> tuple[Any, str]:
     """(module or None, why)."""
     try:
-        import pyslurm  # type: ignore[import-not-found]
+        import pyslurm
     except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
         return None, f"pyslurm not importable ({type(exc).__name__}: {exc})"
     version = getattr(pyslurm, "__version__", "") or getattr(pyslurm, "version", lambda: "")()

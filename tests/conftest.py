@@ -14,14 +14,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from resilient_slurm.sandbox import jobuser, lifecycle
 from resilient_slurm.sandbox.cluster import Paths, SandboxError, preflight
+
+T = TypeVar("T")
 
 
 def _sandbox_unavailable() -> str | None:
@@ -32,7 +35,23 @@ def _sandbox_unavailable() -> str | None:
     return None
 
 
+# `make test-unit` sets this: the unit tests run without Slurm, so a test that reaches for the
+# sandbox there is missing its `slurm` marker.
+NO_SLURM_ENV = "RESILIENT_NO_SLURM"
+SLOW_MARKERS = ("slurm", "train", "integration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test not marked slurm, train or integration is a unit test (`make test-unit`)."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker(pytest.mark.unit)
+
+
 def require_sandbox() -> None:
+    if os.environ.get(NO_SLURM_ENV) == "1":
+        pytest.fail("this test starts the Slurm sandbox but is not marked `slurm` "
+                    f"(${NO_SLURM_ENV}=1: the unit tests run without Slurm)")
     why = _sandbox_unavailable()
     if why is None:
         return
@@ -155,3 +174,14 @@ def slurm(sandbox: Paths):  # type: ignore[no-untyped-def]
     from resilient_slurm.slurm import connect
 
     return connect(conf=sandbox.conf, backend="cli", timeout=10)
+
+
+def wait_until(pred: Callable[[], T], timeout: float = 30.0, every: float = 0.3) -> T:
+    """``pred()``'s first truthy value, polled every ``every`` s (AssertionError at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s")

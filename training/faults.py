@@ -208,7 +208,7 @@ def node_dir_from_env(env: Mapping[str, str] | None = None) -> str:
 
 
 def _install_node_scenario(node_dir: str) -> None:
-    from resilient_slurm.healthcheck.simulate import install_scenario  # type: ignore[import-not-found]
+    from resilient_slurm.healthcheck.simulate import install_scenario
 
     install_scenario(node_dir, NODE_SCENARIO)
 

@@ -187,11 +187,11 @@ def _cpu_compat() -> Iterator[None]:
     saved: list[tuple[Any, str, Any]] = []
     if not torch.cuda.is_available():
         saved.append((torch.cuda, "synchronize", torch.cuda.synchronize))
-        torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+        torch.cuda.synchronize = lambda *a, **k: None
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
         saved.append((dist, "get_rank", dist.get_rank))
-        dist.get_rank = lambda *a, **k: 0  # type: ignore[assignment]
+        dist.get_rank = lambda *a, **k: 0
     try:
         yield
     finally:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from resilient_slurm.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck import checks_gpu as cg
+from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
 
 P5 = ProfileSpec(gpus=8, gpu_generation="hopper", nvlinks_per_gpu=18, nvswitch=True,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from resilient_slurm.config import HealthConfig
 from resilient_slurm.healthcheck import checks_log as cl
+from resilient_slurm.healthcheck.config import HealthConfig
 from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, parse_line
 from resilient_slurm.healthcheck.policy import load_policy
 

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from resilient_slurm import proc
-from resilient_slurm.config import ProfileSpec
 from resilient_slurm.healthcheck import checks_net as cn
 from resilient_slurm.healthcheck import tools
+from resilient_slurm.healthcheck.config import ProfileSpec
 from resilient_slurm.healthcheck.fakes import write_sysfs
 from resilient_slurm.healthcheck.sysfs import nvidia_pci_devices, read_rdma
 

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from resilient_slurm import config as cfgmod
-from resilient_slurm.config import ConfigError, HealthConfig, load_config
+from resilient_slurm.config import ConfigError, load_config
+from resilient_slurm.healthcheck.config import HealthConfig
 
 
 def write(tmp_path, text: str) -> str:

@@ -21,7 +21,7 @@ from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.slurm import connect
 
 from ..conftest import TEST_PREFIX, _start_sandbox
-from .test_hooks_cluster import fault
+from .conftest import fault
 
 pytestmark = pytest.mark.slurm
 NODES = 32

@@ -12,7 +12,7 @@ import pytest
 
 from resilient_slurm.sandbox.cluster import read_meta
 
-from .test_hooks_cluster import events, fault, restore, run_health_as_slurm, submit
+from .conftest import events, fault, restore, run_health_as_slurm, submit
 
 pytestmark = pytest.mark.slurm
 

@@ -124,7 +124,7 @@ def test_log_lines_are_parsed_inside_the_watchdog():
 # -- item 13: a ring wrap we cannot read back is unknown -----------------------------------
 
 def test_klog_gap_is_unknown_unless_read_back_from_the_journal():
-    from resilient_slurm.config import HealthConfig
+    from resilient_slurm.healthcheck.config import HealthConfig
 
     cfg = HealthConfig()
     ctx = cl.LogContext(cfg, lambda g: __import__(
@@ -301,7 +301,7 @@ def test_nonfatal_sxid_followup_lines_are_not_fatal():
              "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Severity 0 Engine instance 30 "
              "Sub-engine instance 00",
              "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Data {0x50610002, 0x10100030}"]
-    from resilient_slurm.config import HealthConfig
+    from resilient_slurm.healthcheck.config import HealthConfig
 
     read = kernlog.LogRead("file", "b", 100.0,
                            [kernlog.LogRecord(i, None, t) for i, t in enumerate(lines)])
@@ -317,7 +317,7 @@ def test_efa_driver_action_comes_from_policy_data():
 
 
 def test_ada_is_a_known_generation():
-    from resilient_slurm.config import HealthConfig
+    from resilient_slurm.healthcheck.config import HealthConfig
     from resilient_slurm.healthcheck.policy import generation_of, load_policy
 
     assert generation_of("NVIDIA L40S") == "ada" and generation_of("NVIDIA L4") == "ada"
@@ -390,7 +390,7 @@ def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
 # -- item 10: policies ----------------------------------------------------------------------
 
 def test_catalog_rows_and_nvlink5_severity_from_the_line():
-    from resilient_slurm.config import HealthConfig
+    from resilient_slurm.healthcheck.config import HealthConfig
     from resilient_slurm.healthcheck.policy import load_policy
 
     cfg = HealthConfig()

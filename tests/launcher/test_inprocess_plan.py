@@ -37,6 +37,7 @@ def test_level1_flags() -> None:
     assert nnodes == "2:3" and extra == ["--ft-restart-policy=min-healthy"]
 
 
+@pytest.mark.train
 def test_installed_ft_launcher_is_read() -> None:
     exe = _ft_launcher()
     if exe is None:
@@ -68,6 +69,7 @@ def test_worker_env() -> None:
     assert "RESILIENT_INPROCESS_MIN_WORLD" not in ip.worker_env("h:1", 2, "auto")
 
 
+@pytest.mark.train
 def test_store_host_serves_and_stops() -> None:
     torch = pytest.importorskip("torch")
     host = ip.StoreHost(host="127.0.0.1")  # torch import may be slow on a loaded machine
@@ -99,6 +101,7 @@ def _dry_env(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(flags, "0.4.1"))
 
 
+@pytest.mark.train
 def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 
@@ -115,6 +118,7 @@ def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:  # type: 
     assert "--nnodes=2:3" in srun and "--ft-restart-policy=min-healthy" in srun
 
 
+@pytest.mark.train
 def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.slurm
+
 pytest.importorskip("torch")
 pytest.importorskip("nvidia_resiliency_ext.inprocess")
 
-from tests.launcher.test_launch_slurm import (  # noqa: E402,F401 - fixtures
-    clean,
+from launch_helpers import (  # type: ignore[import-not-found]  # noqa: E402
     fault_free,
     handled,
     kinds,
@@ -27,7 +28,7 @@ from tests.launcher.test_launch_slurm import (  # noqa: E402,F401 - fixtures
 STEPS = 12
 
 
-def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]  # noqa: F811
+def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",

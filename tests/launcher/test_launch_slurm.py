@@ -9,114 +9,30 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from launch_helpers import (  # type: ignore[import-not-found]
+    BIN,
+    COMMON,
+    HEARTBEAT_TIMEOUT,
+    TERMINAL,
+    TRAIN,
+    fault_free,
+    handled,
+    kinds,
+    log_of,
+    submit,
+    wait_job,
+)
 
-from resilient_slurm.events import read_events
-from resilient_slurm.launcher import report
 from resilient_slurm.launcher import supervisor as sup
 
 pytestmark = pytest.mark.slurm
 
 pytest.importorskip("torch")
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN = os.path.join(HERE, "..", "..", "sbatch", "train_fsdp.py")
-BIN = os.path.dirname(sys.executable)
-HEARTBEAT_TIMEOUT = 8
-# One thread per rank (BLAS results depend on the thread count; 3 nodes share 2 cores here).
-COMMON = ["--checkpoint-every=2", "--step-sleep=0.3", "--threads=1", "--log-every=1"]
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED")
-
-
-@pytest.fixture()
-def clean(sandbox, slurm):  # type: ignore[no-untyped-def]
-    """Every node healthy and idle before a test."""
-    for n in slurm.nodes():
-        try:
-            from resilient_slurm.healthcheck.simulate import install_scenario
-
-            install_scenario(sandbox.node_dir(n.name), "clear")
-        except ImportError:
-            scen = os.path.join(sandbox.node_dir(n.name), "scenario.toml")
-            if os.path.exists(scen):
-                os.unlink(scen)
-        if n.drain or not n.available:
-            slurm.resume(n.name)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all(
-            n.state == "IDLE" and not n.flags for n in slurm.nodes()):
-        time.sleep(0.3)
-    return sandbox
-
-
-_REFERENCE: dict[tuple[int, int], str] = {}
-
-
-def fault_free(world: int, steps: int, tmp_path) -> str:  # type: ignore[no-untyped-def]
-    """The final-weights line of a fault-free run of a ``world``-rank job of ``steps`` steps."""
-    if (world, steps) not in _REFERENCE:
-        argv = [sys.executable, TRAIN, "--checkpoint-dir", str(tmp_path / f"ref-{world}"),
-                f"--steps={steps}", f"--virtual-dp={world}", "--sync-checkpoint", *COMMON,
-                "--step-sleep=0"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RESILIENT_"))}
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
-                             check=False)
-        found = re.findall(r"weights digest: [0-9a-f]{64}", out.stdout)
-        assert out.returncode == 0 and len(found) == 1, out.stdout[-2000:] + out.stderr[-2000:]
-        _REFERENCE[(world, steps)] = found[0]
-    return _REFERENCE[(world, steps)]
-
-
-def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[str],
-           options: tuple[str, ...] = (), steps: int = 10) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    ckpt = str(tmp_path / "ckpt")
-    script = tmp_path / "job.sbatch"
-    argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
-            f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=90",
-            "--term-timeout=3", "--health-timeout=20", *launch, TRAIN,
-            "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
-    script.write_text("#!/bin/bash\nexec " + " ".join(argv) + "\n")
-    env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
-           "PATH": BIN + ":" + os.environ.get("PATH", "")}
-    out = str(tmp_path / "slurm-%j.out")
-    jid = slurm.submit(str(script), [f"--nodes={nodes}", "--requeue", "--open-mode=append",
-                                     f"--output={out}", "--job-name=rl-test", *options], env=env)
-    return jid, ckpt, os.path.join(ckpt, ".resilient")
-
-
-def wait_job(slurm, jid: int, timeout: float = 240):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    job = slurm.job(jid)
-    while time.monotonic() < deadline:
-        job = slurm.job(jid)
-        if job.state in TERMINAL:
-            return job
-        time.sleep(1)
-    slurm.cancel(jid)
-    nodes = "; ".join(n.describe() for n in slurm.nodes())
-    raise AssertionError(f"job {jid} still {job.state} ({job.reason}) after {timeout}s: {nodes}")
-
-
-def kinds(state: str, kind: str) -> list[dict]:
-    return [e for e in read_events(os.path.join(state, "events.jsonl")) if e["kind"] == kind]
-
-
-def handled(state: str) -> list[tuple[str, str]]:
-    """``resilient-slurm report``'s fault rows: (what, what handled it)."""
-    rep = report.build(list(read_events(os.path.join(state, "events.jsonl"))))
-    return [(f.what, f.handled_by) for f in rep.faults]
-
-
-def log_of(tmp_path, jid: int) -> str:  # type: ignore[no-untyped-def]
-    p = tmp_path / f"slurm-{jid}.out"
-    return p.read_text() if p.exists() else ""
 
 
 def test_exception_and_hang_restart_in_job(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
@@ -474,14 +390,14 @@ def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_pat
                        plan.Features(frozenset()), cfg, {})
     t0 = time.time()
     for n in ("node2", "node3", "node4"):
-        s.led.exclude(n, "rhc:XID79", now=t0)
+        s.node_ledger.exclude(n, "rhc:XID79", now=t0)
     slurm.drain("node4", "admin: still broken")
     try:
         for n, when in (("node2", t0 + 5), ("node3", t0 - 5), ("node4", t0 + 5)):
             (vdir / f"{n}.json").write_text(json.dumps(
                 {"format": 1, "node": n, "status": "ok", "codes": [], "time": when}))
         assert s._readmit() == ["node2"]
-        assert sorted(s.led.excluded) == ["node3", "node4"]
-        assert s.led.usable(["node2", "node3"]) == ["node2"]
+        assert sorted(s.node_ledger.excluded) == ["node3", "node4"]
+        assert s.node_ledger.usable(["node2", "node3"]) == ["node2"]
     finally:
         slurm.resume("node4")

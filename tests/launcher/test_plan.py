@@ -96,14 +96,14 @@ def test_rdzv_port_fresh_per_cycle_and_stable() -> None:
 
 def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     a = plan.Allocation(job_id=9, nodes=("node1", "node2", "node3"))
-    cyc = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041),
+    cycle = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041),
                           ["node1", "node2"], {"node1": "10.0.0.1", "node2": "10.0.0.2"}, 1,
                           str(tmp_path))
-    argv = list(cyc.argv)
+    argv = list(cycle.argv)
     assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=1" in argv
     assert "--nodelist=node1,node2" in argv and "--jobid=9" in argv
-    assert cyc.endpoint.startswith("10.0.0.1:")
-    files = dict(cyc.files)
+    assert cycle.endpoint.startswith("10.0.0.1:")
+    files = dict(cycle.files)
     addrs_file = files and next(p for p in files if p.endswith("addrs.json"))
     assert f"--addrs-file={addrs_file}" in argv
     assert json.loads(files[addrs_file]) == {"node1": "10.0.0.1", "node2": "10.0.0.2"}
@@ -173,6 +173,7 @@ def test_monitor_interval_is_ft_launchers_own() -> None:
     assert not any(a.startswith("--monitor-interval") for a in argv)
 
 
+@pytest.mark.train
 def test_detect_features_on_the_installed_nvrx() -> None:
     import shutil
     import sys

@@ -22,14 +22,14 @@ def test_no_argv_string_carries_3000_nodes(tmp_path) -> None:  # type: ignore[no
     nodes = [f"gpu-{r}-{i:05d}" for r in ("a", "b", "c") for i in range(0, 2 * 1500, 2)]
     a = plan.Allocation(job_id=9, nodes=tuple(nodes))
     addrs = {n: f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i, n in enumerate(nodes)}
-    cyc = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), plan.Features(frozenset()),
+    cycle = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), plan.Features(frozenset()),
                           nodes, addrs, 1, str(tmp_path))
-    longest = max(len(x.encode()) for x in cyc.argv)
+    longest = max(len(x.encode()) for x in cycle.argv)
     assert longest <= plan.NODELIST_ARG_MAX + 100, longest
-    assert sum(len(x) for x in cyc.argv) < MAX_ARG_STRLEN
-    files = dict(cyc.files)
+    assert sum(len(x) for x in cycle.argv) < MAX_ARG_STRLEN
+    files = dict(cycle.files)
     nodefile = next(p for p in files if p.endswith("nodelist"))
-    assert f"--nodefile={nodefile}" in cyc.argv
+    assert f"--nodefile={nodefile}" in cycle.argv
     assert files[nodefile].split() == nodes
 
 

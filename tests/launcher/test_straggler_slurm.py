@@ -9,9 +9,8 @@ import os
 import subprocess
 
 import pytest
-from test_launch_slurm import (  # type: ignore[import-not-found]  # noqa: F401 - fixture
+from launch_helpers import (  # type: ignore[import-not-found]
     BIN,
-    clean,
     fault_free,
     kinds,
     log_of,
@@ -27,7 +26,7 @@ STEPS, SLOW_FROM, WINDOW, EVERY = 40, 10, 20, 5
 
 
 def test_slow_node_is_blamed_within_the_window_and_training_goes_on_without_it(
-        slurm, clean, tmp_path):  # type: ignore[no-untyped-def]  # noqa: F811
+        slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         ["--min-nodes=2", f"--straggler-window={WINDOW}", "--on-straggler=exclude"],

@@ -13,6 +13,8 @@ from resilient_slurm.sandbox import lifecycle
 from resilient_slurm.sandbox.cluster import read_meta
 from resilient_slurm.slurm import SlurmError, connect
 
+from ..conftest import wait_until
+
 pytestmark = pytest.mark.slurm
 
 
@@ -26,16 +28,6 @@ def slurm(request, sandbox):  # type: ignore[no-untyped-def]
         if chosen != "pyslurm":
             pytest.skip(f"pyslurm backend unavailable here: {why}")
     return connect(conf=sandbox.conf, backend=request.param, timeout=10)
-
-
-def wait_until(pred, timeout: float = 30.0, every: float = 0.3):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def sinfo_reason(conf: str, node: str) -> tuple[str, str]:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.train
+
 pytest.importorskip("torch")
 pytest.importorskip("nvidia_resiliency_ext.inprocess")
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.train
+
 pytest.importorskip("torch")
 nvrx = pytest.importorskip("nvidia_resiliency_ext.inprocess")
 

@@ -113,6 +113,7 @@ def test_report_only_every_n_steps_or_forced(tmp_path, group) -> None:
 
 
 
+@pytest.mark.train
 def test_train_fsdp_reports_the_slow_node(tmp_path) -> None:
     """Two ranks on two 'nodes'; node1 slowed 3x from step 6: its compute is the higher and
     its wait the lower in every report after the slowdown."""

@@ -1,0 +1,134 @@
+"""``[health]``: the node health engine's configuration section (``resilient-health``).
+
+Registered with :func:`resilient_slurm.config.register_section`; the loader, precedence and
+validation rules live in ``resilient_slurm.config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from resilient_slurm.config import ConfigError, check_finite, register_section
+
+# GPU generations with a shipped Xid policy (healthcheck/xid_policies/<generation>.toml).
+GPU_GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
+
+
+@dataclass
+class CheckSwitch:
+    """``[health.checks.<name>]``: per-check kill switch."""
+
+    enabled: bool = True
+
+
+@dataclass
+class ProfileSpec:
+    """Expected hardware of a node class (``[health.profiles.<name>]``); 0/empty = don't check.
+
+    ``match``: node-name glob patterns that select this profile (first profile wins, config
+    profiles before shipped ones). ``gpu_generation``: ``ampere|hopper|blackwell`` or ``""``
+    to detect from the GPU. ``nvswitch``: GPU fabric state must reach *Completed*.
+    """
+
+    match: list[str] = field(default_factory=list)
+    gpus: int = 0
+    gpu_generation: str = ""
+    efa: int = 0
+    efa_min_rate_gbps: float = 0.0
+    ib_ports: int = 0
+    ib_min_rate_gbps: float = 0.0
+    nvlinks_per_gpu: int = 0
+    nvswitch: bool = False
+    pcie_gen: int = 0
+    pcie_width: int = 0
+    require_dcgm: bool = False
+    require_fi_info: bool = False
+
+
+@register_section("health")
+@dataclass
+class HealthConfig:
+    """``[health]``: the node health engine (``resilient-health``).
+
+    Timeouts are seconds. ``watchdog_s`` bounds a whole run (keep it below the Slurm limit of
+    the hook that calls it: HealthCheckProgram is killed at 60 s). ``simulate`` is a scenario
+    name or path, ``{node}`` replaced by the node name; empty = real hardware (the default).
+    ``xid_overrides``: ``{generation: {"<xid>": action}}``; ``boot_noise``: extra
+    ``{generation: [xid, ...]}`` ignored within ``boot_noise_window_s`` of boot.
+    ``profile_patterns``: ``{"node-glob": "profile"}`` checked before the profiles' own ``match``.
+    """
+
+    state_dir: str = "/var/lib/resilient-slurm"
+    simulate: str = ""
+    watchdog_s: float = 45.0
+    nvml_timeout_s: float = 10.0
+    tool_timeout_s: float = 15.0
+    dcgm_diag_timeout_s: float = 40.0
+    dcgm_diag_level: int = 1
+    kernel_log_timeout_s: float = 5.0
+    storage_timeout_s: float = 5.0
+    tool_path: str = "/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/bin:/usr/local/sbin"
+    sysfs_root: str = "/sys"
+    kernel_log: str = "auto"  # auto | kmsg | journal
+    temperature_warn_c: float = 85.0
+    temperature_fail_c: float = 95.0
+    ecc_volatile_uncorrected_max: int = 0
+    ecc_aggregate_uncorrected_warn: int = 0
+    retired_pages_max: int = 60
+    xid_repeat_fail: int = 3
+    xid_repeat_window_s: float = 86400.0
+    boot_noise_window_s: float = 600.0
+    gpu_memory_used_max_mib: int = 1024
+    storage_paths: list[str] = field(default_factory=list)
+    storage_require_mount: bool = True
+    profile: str = ""
+    allow_unmatched_profile: bool = False
+    profile_patterns: dict[str, str] = field(default_factory=dict)
+    profiles: dict[str, ProfileSpec] = field(default_factory=dict)
+    checks: dict[str, CheckSwitch] = field(default_factory=dict)
+    xid_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    boot_noise: dict[str, list[int]] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        check_finite(self, "health")
+        if self.watchdog_s <= 0:
+            raise ConfigError("health.watchdog_s", "must be > 0")
+        for name in ("nvml_timeout_s", "tool_timeout_s", "dcgm_diag_timeout_s",
+                     "kernel_log_timeout_s", "storage_timeout_s", "xid_repeat_window_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"health.{name}", "must be > 0")
+        for name in ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_warn",
+                     "retired_pages_max", "gpu_memory_used_max_mib", "boot_noise_window_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"health.{name}", "must be >= 0")
+        if self.xid_repeat_fail < 1:
+            raise ConfigError("health.xid_repeat_fail", "must be >= 1")
+        if not 0 < self.temperature_warn_c <= self.temperature_fail_c <= 150:
+            raise ConfigError("health.temperature_fail_c", "need 0 < temperature_warn_c <= "
+                              "temperature_fail_c <= 150")
+        if self.kernel_log not in ("auto", "kmsg", "journal"):
+            raise ConfigError("health.kernel_log", "must be one of auto, kmsg, journal")
+        if self.dcgm_diag_level not in (1, 2, 3, 4):
+            raise ConfigError("health.dcgm_diag_level", "must be 1, 2, 3 or 4")
+        actions = {"ignore", "restart_app", "reset_gpu", "reboot", "drain"}
+        gens = GPU_GENERATIONS
+        named: tuple[tuple[str, Mapping[str, object]], ...] = (
+            ("xid_overrides", self.xid_overrides), ("boot_noise", self.boot_noise))
+        for where, by_generation in named:
+            for gen in by_generation:
+                if gen not in gens:
+                    raise ConfigError(f"health.{where}.{gen}", f"unknown GPU generation "
+                                      f"{gen!r} (known: {', '.join(gens)})")
+        for name, spec in self.profiles.items():
+            if spec.gpu_generation and spec.gpu_generation not in gens:
+                raise ConfigError(f"health.profiles.{name}.gpu_generation", "unknown GPU "
+                                  f"generation {spec.gpu_generation!r} (known: {', '.join(gens)})")
+            check_finite(spec, f"health.profiles.{name}")
+        for gen, table in self.xid_overrides.items():
+            for xid, action in table.items():
+                if not xid.isdigit():
+                    raise ConfigError(f"health.xid_overrides.{gen}.{xid}", "Xid must be a number")
+                if action not in actions:
+                    raise ConfigError(f"health.xid_overrides.{gen}.{xid}",
+                                      f"action must be one of {', '.join(sorted(actions))}")

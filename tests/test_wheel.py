@@ -1,0 +1,141 @@
+"""The built wheel works on its own: installed into a fresh venv outside the repository, every
+console script answers ``--help`` and a simulated health check finds its data files.
+
+The editable install used by the other tests reads the repository's folders, so a data file
+missing from ``[tool.setuptools]`` would pass them all and break every real installation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from resilient_slurm.config import tomllib
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+# Developer notes inside package folders; everything else under a mapped folder must ship.
+NOT_SHIPPED = {"healthcheck/README.md", "training/README.md"}
+
+
+def _pyproject() -> dict:
+    with open(REPO / "pyproject.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False,
+                          **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the built wheel, a fresh venv with it installed), both outside the repository."""
+    t0 = time.monotonic()
+    root = tmp_path_factory.mktemp("wheel")
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    src = root / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".sandbox*",
+        ".pytest_cache", ".mypy_cache", ".ruff_cache", "results", "tests"))
+    dist = root / "dist"
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                  "-q", "-w", str(dist), str(src)])
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = dist.glob("resilient_slurm-*.whl")
+    venv = root / "venv"
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    assert made.returncode == 0, made.stderr
+    # This interpreter's pip installs into the new venv (no ensurepip copy: seconds saved).
+    # Dependencies come from the configured index or the local wheel cache.
+    inst = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                 "install", "-q", str(wheel)])
+    assert inst.returncode == 0, inst.stdout + inst.stderr
+    print(f"wheel built and installed in {time.monotonic() - t0:.1f} s")
+    return wheel, venv
+
+
+def _env(home: Path) -> dict[str, str]:
+    """A clean environment: nothing points back at the repository or its venv."""
+    keep = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env["HOME"] = str(home)
+    return env
+
+
+def test_wheel_ships_every_file_of_the_mapped_folders(wheel_venv: tuple[Path, Path]) -> None:
+    wheel, _ = wheel_venv
+    mapping: dict[str, str] = _pyproject()["tool"]["setuptools"]["package-dir"]
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = set(zf.namelist())
+    missing = []
+    for package, folder in mapping.items():
+        base = REPO / folder
+        for path in base.rglob("*"):
+            if path.is_dir() or "__pycache__" in path.parts:
+                continue
+            rel = path.relative_to(base).as_posix()
+            if f"{folder}/{rel}" in NOT_SHIPPED:
+                continue
+            if f"{package.replace('.', '/')}/{rel}" not in shipped:
+                missing.append(f"{folder}/{rel}")
+    assert not missing, f"files the wheel does not ship: {missing}"
+
+
+def test_every_console_script_answers_help(wheel_venv: tuple[Path, Path],
+                                           tmp_path: Path) -> None:
+    _, venv = wheel_venv
+    scripts = _pyproject()["project"]["scripts"]
+    assert scripts
+    for name in scripts:
+        res = _run([str(venv / "bin" / name), "--help"], cwd=tmp_path, env=_env(tmp_path))
+        assert res.returncode == 0, f"{name} --help: rc {res.returncode}\n{res.stderr}"
+        # click prints "Usage: NAME", argparse "usage: NAME".
+        assert f"usage: {name}" in res.stdout.lower(), f"{name} --help: no usage:\n{res.stdout}"
+
+
+def test_installed_package_is_the_wheel_not_the_repository(wheel_venv: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    _, venv = wheel_venv
+    code = ("import resilient_slurm.healthcheck.policy as p, resilient_slurm.sbatch as s; "
+            "print(p.__file__); print(s.__file__)")
+    res = _run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    for line in res.stdout.split():
+        assert Path(line).is_relative_to(venv), line
+
+
+def test_simulated_health_check_from_the_wheel(wheel_venv: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
+    """Scenarios, profiles and Xid policies are read from the installed package."""
+    _, venv = wheel_venv
+    config = tmp_path / "config.toml"
+    config.write_text(f'[health]\nstate_dir = "{tmp_path / "state"}"\n')
+    health = str(venv / "bin" / "resilient-health")
+    env = _env(tmp_path)
+    listed = _run([health, "scenarios"], cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and "xid79" in listed.stdout, listed.stdout + listed.stderr
+
+    ok = _run([health, "check", "--simulate", "healthy-p5", "--config", str(config),
+               "--node", "gpu-1", "--json"], cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["status"] == "ok" and report["simulated"] is True
+    assert report["profile"] == "p5.48xlarge"  # from the shipped profiles.toml
+
+    bad = _run([health, "check", "--simulate", "xid79", "--config", str(config),
+                "--node", "gpu-1", "--json"], cwd=tmp_path, env=env)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    report = json.loads(bad.stdout)
+    xids = [r for r in report["results"] if r["check"] == "xid"]
+    # Xid 79 maps to reboot in the shipped Hopper policy (healthcheck/xid_policies/).
+    assert any(r["status"] == "fail" and r.get("action") == "reboot" for r in xids), xids
