@@ -77,8 +77,8 @@ def main(ctx: click.Context) -> None:
     \b
     With no command, this is Slurm's HealthCheckProgram: run the periodic checks on
     $SLURMD_NODENAME, drain it with an `rhc:` reason when unhealthy, resume it when it is
-    healthy again and the drain was ours (config: $RESILIENT_SLURM_CONFIG or
-    /etc/resilient-slurm/config.toml). `resilient-health check` only reports.
+    healthy again and the drain was ours (config: /etc/resilient-slurm/config.toml only;
+    a root hook reads nothing from the environment). `resilient-health check` only reports.
     """
     if ctx.invoked_subcommand is None:
         no_subcommand(ctx)
@@ -87,8 +87,9 @@ def main(ctx: click.Context) -> None:
 def no_subcommand(ctx: click.Context) -> None:
     """Bare ``resilient-health`` is Slurm's HealthCheckProgram: check, then drain or resume.
 
-    Config from ``$RESILIENT_SLURM_CONFIG`` or ``/etc/resilient-slurm/config.toml``; node from
-    ``SLURMD_NODENAME``. Exit status as documented for the hooks (0/1/3, 2 config, 4 hook).
+    Config from ``/etc/resilient-slurm/config.toml`` only (no environment: it runs as root);
+    node from ``SLURMD_NODENAME``. Exit status as documented for the hooks (0/1/3, 2 config,
+    4 hook).
     """
     from .hook import health_main
 

@@ -120,9 +120,13 @@ class EventTail:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get("kind") in WATCHED \
-                    and float(e.get("ts", 0)) >= self.since:
-                self.events.append(e)
+            if not isinstance(e, dict) or e.get("kind") not in WATCHED:
+                continue
+            try:
+                if float(e.get("ts", 0)) >= self.since:
+                    self.events.append(e)
+            except (TypeError, ValueError):
+                continue
         return self.events
 
 

@@ -92,7 +92,7 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
         if k == "cycle_start":
             own = False
         elif k == "hang_detected" and own and found is None \
-                and not (observed and events[i].get("type") != "hang"):
+                and events[i].get("type") == "hang":  # else: ranks blocked behind the fault
             found = j
             how = "in-job restart (ft_launcher, missing heartbeats)"
         elif k == "rendezvous" and own and rdzv is None:

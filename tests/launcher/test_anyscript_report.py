@@ -113,3 +113,15 @@ def test_launch_needs_no_checkpoint_dir(tmp_path, monkeypatch) -> None:  # type:
     assert f"state: {tmp_path}/.resilient-77" in res.output
     assert "checkpoints: none" in res.output
     assert not (tmp_path / ".resilient-77").exists()  # a dry run writes nothing
+
+
+def test_a_hang_report_behind_an_exception_is_no_hang() -> None:
+    # A rank raised; its slow teardown left the healthy rank blocked long enough to miss its
+    # heartbeats (seen on the sandbox). The exception was restarted in-job, not "a hang".
+    events = [ev(0, "cycle_start", cycle=1), ev(1, "resume", "training", step=0),
+              ev(5, "fault", "training", type="exception", step=3, node="node2"),
+              nd(13.2, "hang_detected", rank=0, waited_s=8.0),
+              ev(20, "resume", "training", step=2), ev(30, "verdict", verdict="completed")]
+    (row,) = report.build(events).faults
+    assert (row.handled_by, row.detected_s, row.recovery_s) == (
+        "in-job restart (ft_launcher)", None, 15.0)

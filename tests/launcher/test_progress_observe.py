@@ -117,3 +117,20 @@ def test_a_peers_connection_error_is_a_consequence() -> None:
     line = ("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
             "pair.cc:553] Connection closed by peer [127.0.0.1]:22430. This is typically caused")
     assert observe.parse_line(line) == ("peer_lost", {"rank": 0})
+
+
+def test_event_tail_reads_only_new_complete_lines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "events.jsonl"
+    log = EventLog(str(path), "node")
+    tail = observe.EventTail(str(path), since=0)
+    assert tail.read() == []  # no file yet
+    log.emit("rendezvous", round=0)
+    log.emit("progress", step=1)  # not an observation: skipped
+    assert [e["round"] for e in tail.read()] == [0]
+    with open(path, "a") as fh:
+        fh.write('{"kind": "rendezvous", "round": 1, "ts": "junk"}\n{"kind": "rendezv')
+    assert [e["round"] for e in tail.read()] == [0]  # bad ts skipped, torn line waits
+    with open(path, "a") as fh:
+        fh.write('ous", "round": 2, "ts": 5}\n')
+    assert [e["round"] for e in tail.read()] == [0, 2]
+    assert observe.restarts_in_cycle(tail.read(), 0) == 1
