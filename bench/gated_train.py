@@ -3,7 +3,10 @@
 On real hardware a process started on a node whose GPU is lost (Xid 79) fails at CUDA init,
 every time, until the node is repaired. The sandbox simulates the GPU only for the health
 checks, so the benchmark puts this gate in front of the training for every mechanism alike:
-a restart on a bad node fails at once, as it would on a cluster.
+a restart on a bad node fails at once, as it would on a cluster. The gate reads the node's
+scenario (readable when the job runs as root) or, for jobs of the unprivileged user, the file
+``$BENCH_GPU_LOST_DIR/<node>`` the harness writes with the scenario: the stand-in for CUDA's
+own error. Only the worker reads it; no launcher does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sbatch",
 
 def gpu_lost() -> str | None:
     root, node = os.environ.get("RESILIENT_SANDBOX_DIR"), os.environ.get("SLURMD_NODENAME")
+    lost_dir = os.environ.get("BENCH_GPU_LOST_DIR")
+    if node and lost_dir and os.path.exists(os.path.join(lost_dir, node)):
+        return f"{node}: GPU 0 has fallen off the bus"
     if not root or not node:
         return None
     try:

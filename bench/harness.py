@@ -48,6 +48,7 @@ class Workload:
     fault_seed: int = 265
     fault_types: str = "exception,hang,sigkill,node"
     fault_weights: str = "0.4,0.2,0.2,0.2"
+    threads: int | None = None  # CPU threads per rank (None: the training's default)
 
     def train_args(self, ckpt: str, faults: bool = True, sync: bool = False) -> list[str]:
         args = ["--steps", str(self.steps), "--checkpoint-dir", ckpt,
@@ -55,6 +56,8 @@ class Workload:
                 str(self.step_sleep), "--seed", str(self.seed), "--log-every", "1"]
         if sync:
             args.append("--sync-checkpoint")
+        if self.threads:
+            args += ["--threads", str(self.threads)]
         if faults:
             args += ["--fault-count", str(self.fault_count), "--fault-seed", str(self.fault_seed),
                      "--fault-types", self.fault_types,
@@ -139,6 +142,18 @@ class Cluster:
                                                    f"--output={out}"], args,
                                      env={**self.env, **env}))
 
+    def submit_as_user(self, script: Path, args: list[str], out: str, env: dict[str, str],
+                       nodes: int = 3) -> int:
+        """``sbatch`` as the sandbox's unprivileged job user (its clean environment + ``env``)."""
+        from resilient_slurm.sandbox import lifecycle
+
+        r = lifecycle.run_as_user(self.root, ["sbatch", "--parsable", f"--nodes={nodes}",
+                                              "--export=ALL", f"--output={out}", str(script),
+                                              *args], env=env, capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch as the job user failed: {r.stderr.strip()}")
+        return int(r.stdout.strip().split(";")[0])
+
     def wait(self, jid: int, timeout: float, poll: Callable[[str], None] | None = None,
              interval: float = 1.0) -> tuple[str, bool]:
         """Wait until the job ends or ``timeout`` passes (then cancel it). (state, timed_out)."""
@@ -162,10 +177,10 @@ class Cluster:
 
 
 @contextmanager
-def sandbox(root: str, nodes: int = 4) -> Iterator[Cluster]:
+def sandbox(root: str, nodes: int = 4, timing: str = "fast") -> Iterator[Cluster]:
     from resilient_slurm.sandbox import lifecycle
 
-    lifecycle.up(root, nodes=nodes)
+    lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes))
     try:
         yield Cluster(root, nodes)
     finally:
@@ -293,22 +308,26 @@ def training_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out: bool,
               wall_s: float, schedule: list[Fault], requeues: int,
-              excluded: list[str]) -> RunResult:
+              excluded: list[str], submitted: float | None = None,
+              extra: list[dict[str, Any]] | None = None) -> RunResult:
     """Metrics of one run from its events (training + launcher) and the harness's wall time.
 
-    goodput = productive step time (each step counted once, the last time it was done, from
-    consecutive progress events) / wall time from submission to the job's end."""
-    from resilient_slurm.launcher import report
+    Goodput is :func:`resilient_slurm.goodput.compute`'s (the one definition, shared with
+    ``resilient-slurm report`` and the demo): productive step time over wall time from
+    ``submitted`` (the harness's clock at ``sbatch``) to the job's end (``submitted + wall_s``)."""
+    from resilient_slurm import goodput
 
-    events = sorted(read_events(events_file), key=lambda e: float(e.get("ts", 0)))
-    rep = report.build(events)
+    events = sorted([*read_events(events_file), *(extra or [])],
+                    key=lambda e: float(e.get("ts", 0)))
+    submitted = time.time() - wall_s if submitted is None else submitted
+    g = goodput.compute(events, submitted=submitted, ended=submitted + wall_s)
     complete = [e for e in events if e.get("kind") == "complete"]
     faults = []
     fired = []
     for i, e in enumerate(events):
         if e.get("kind") != "fault" or e.get("source") != "training":
             continue
-        fired.append((e.get("step"), e.get("rank"), e.get("type")))
+        fired.append(_key(e.get("step"), e.get("rank"), e.get("type")))
         before = [x for x in events[:i] if x.get("kind") == "resume" and x.get("source") ==
                   "training"]
         high = max([int(x["step"]) for x in events[:i] if x.get("kind") == "progress"], default=0)
@@ -334,17 +353,23 @@ def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out:
             "recovery_s": round(float(nxt["ts"]) - float(e["ts"]), 1) if nxt else None,
             "lost_steps": max(high - int(nxt.get("step") or 0), 0) if nxt else None})
     restarts = sum(1 for f in faults if f["handled_by"] == "in-job restart")
-    expected = [(f.step, f.rank, f.type) for f in schedule]
+    expected = [_key(f.step, f.rank, f.type) for f in schedule]
     completed = bool(complete) and state == "COMPLETED"
     return RunResult(
         mechanism=mechanism, job_id=jid, completed=completed, timed_out=timed_out, state=state,
-        wall_s=round(wall_s, 1), productive_s=round(rep.productive_s, 1),
-        goodput=round(rep.productive_s / wall_s, 4) if wall_s > 0 else 0.0,
-        final_step=rep.final_step, digest=complete[-1].get("digest") if complete else None,
+        wall_s=round(wall_s, 1), productive_s=round(g.productive_s or 0.0, 1),
+        goodput=round(g.value or 0.0, 4), final_step=g.final_step,
+        digest=complete[-1].get("digest") if complete else None,
         requeues=requeues, restarts_in_job=restarts, faults=faults,
         lost_steps=sum(f["lost_steps"] or 0 for f in faults), excluded=excluded,
         fault_schedule_ok=fired == expected[:len(fired)] and (not completed
                                                              or fired == expected))
+
+
+def _key(step: Any, rank: Any, kind: Any) -> tuple[Any, ...]:
+    """A fault as the schedule check compares it: a node fault the harness makes fires at the
+    first step it sees at or after the scheduled one, on the node it picks: its type only."""
+    return (kind,) if kind == "node" else (step, rank, kind)
 
 
 def outcome_order(r: RunResult) -> list[str]:

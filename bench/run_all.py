@@ -1,20 +1,25 @@
-"""``make bench``: the resilience benchmark on one 4-node sandbox (CPU, gloo, tiny model).
+"""``make bench``: the resilience benchmark, in sections that run and save separately.
 
-Same model, steps, checkpoint interval and seeded 5-fault schedule for three mechanisms:
+    bench/run_all.py                               # every section, in order of value
+    bench/run_all.py --only compare-production-sparse
+    bench/run_all.py --only cost-curve --sizes 4,8,16,32 --curve-profile fast
+    bench/run_all.py --only render                 # tables, chart and projection from saved parts
 
-* ``baseline``: ``sbatch/fsdp-baseline.sbatch`` (``srun torchrun`` + Slurm ``--requeue``);
-* ``ft_launcher``: ``bench/jobs/ft-launcher.sbatch`` (NVRx in-job restarts, nothing else);
-* ``resilient-launch``: ``sbatch/fsdp.sbatch`` (blame, exclusion, requeue);
+Sections (each writes ``bench/results/<section>.json`` as soon as it completes, so a partial run
+never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
+``cost-curve.png``, ``plan-inputs.json`` and ``projection.txt`` from whatever parts exist):
 
-plus a fault-free run (the goodput and digest reference), async vs synchronous checkpointing
-without faults at two intervals, ``bench/ckpt_bench.py`` (stall per save, ~117 MB state) and
-the hooks' cost (installed prolog and HealthCheckProgram shims on a simulated p5 node, 8 GPUs /
-32 EFA, with the environment Slurm gives them). Every run has a time bound: a run that does not
-finish in time is recorded as not completed with the time it used.
+* ``compare-<profile>-<density>`` (``bench/compare.py``): fault-free ``srun torchrun``,
+  resilient-launch without faults (its overhead), baseline ``srun torchrun`` + ``--requeue``,
+  ``ft_launcher`` in the same requeue-on-failure script, resilient-launch; one sandbox, one
+  run, the unprivileged job user; profiles ``production`` (Slurm's defaults) and ``fast``;
+  densities ``dense`` (5 faults in 60 steps) and ``sparse`` (one of each in 300 steps);
+* ``cost-curve`` (``bench/cost_curve.py``): resilient-launch's costs at 4..32+ nodes, fitted;
+* ``hooks``: the installed prolog and HealthCheckProgram on a simulated p5 node;
+* ``checkpointing``: async vs synchronous saves without faults, ``bench/ckpt_bench.py``.
 
-Writes ``bench/results/results.json``, ``results.md`` and ``chart.png``. When a previous
-``results.json`` with the same workload exists, the fault order and the kind of handling per
-mechanism are compared with it (the repeat check) and the verdict is recorded.
+Goodput everywhere is ``resilient_slurm.goodput``'s (also ``resilient-slurm report`` and the
+demo). The machine's load average is saved with every section.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,55 +41,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
-from harness import BIN, GATED_TRAIN, JOBS, REPO, Cluster, Workload  # noqa: E402
-from render import chart, markdown  # noqa: E402
+from harness import REPO, Cluster, Workload  # noqa: E402
+from render import render_all  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-MECHANISMS = ("fault-free", "baseline", "ft_launcher", "resilient-launch")
-BOUND_S = {"fault-free": 420, "baseline": 1200, "ft_launcher": 600, "resilient-launch": 720}
-PG_TIMEOUT_S = 60  # baseline: how long healthy ranks wait on a hung one (torch default: 30 min)
-HB_TIMEOUT_S = 10  # ft_launcher / resilient-launch heartbeat timeout
-
-
-def run_mechanism(c: Cluster, mech: str, wl: Workload, work: str) -> harness.RunResult:
-    d = os.path.join(work, mech)
-    os.makedirs(d, exist_ok=True)
-    ckpt = os.path.join(d, "ckpt")
-    env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
-    events = os.path.join(d, "events.jsonl")
-    if mech in ("fault-free", "resilient-launch"):
-        script = harness.FSDP_SBATCH
-        env.update(harness.resilient_env(HB_TIMEOUT_S))
-        events = os.path.join(ckpt, ".resilient", "events.jsonl")
-    elif mech == "baseline":
-        script = REPO / "sbatch" / "fsdp-baseline.sbatch"
-        env.update(RDZV_PORT=str(harness.free_port()), PG_TIMEOUT=str(PG_TIMEOUT_S),
-                   BASELINE_MAX_REQUEUES="6", RESILIENT_EVENTS_FILE=events)
-    else:
-        script = JOBS / "ft-launcher.sbatch"
-        env.update(RDZV_PORT=str(harness.free_port()), FT_HB_TIMEOUT=str(HB_TIMEOUT_S),
-                   RESILIENT_EVENTS_FILE=events)
-    args = wl.train_args(ckpt, faults=mech != "fault-free")
-    c.reset_nodes()
-    follow = harness.Follower([events, c.hook_events], wl.steps, every=20,
-                              out=lambda s: print(f"  {mech:16}{s}", flush=True))
-    follow.pos[c.hook_events] = os.path.getsize(c.hook_events) if os.path.exists(
-        c.hook_events) else 0
-    t0 = time.time()
-    jid = c.submit(script, args, os.path.join(d, "slurm-%j.out"), env, nodes=wl.nodes)
-    print(f"[{harness.stamp()}] {mech}: job {jid} ({script.relative_to(REPO)}), bound "
-          f"{BOUND_S[mech]} s", flush=True)
-    state, timed_out = c.wait(jid, BOUND_S[mech], poll=lambda _s: follow.poll(), interval=2)
-    wall = time.time() - t0
-    follow.poll()
-    job = c.slurm.job(jid)
-    r = harness.summarize(mech, jid, events, state, timed_out, wall,
-                          wl.schedule() if mech != "fault-free" else [], job.restart_count,
-                          sorted(job.excluded))
-    print(f"[{harness.stamp()}] {mech}: {state}{' (time bound hit)' if timed_out else ''}, "
-          f"wall {r.wall_s:.0f} s, goodput {r.goodput:.1%}, requeues {r.requeues}, "
-          f"lost steps {r.lost_steps}", flush=True)
-    return r
+# Sections in order of value; each writes bench/results/<section>.json when it completes.
+SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
+            "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "render")
+HB_TIMEOUT_S = 20.0  # heartbeat (resilient-launch, ft_launcher) = baseline's collective timeout
+CURVE_SIZES = (4, 8, 16, 32)
 
 
 def hooks_cost(c: Cluster, runs: int = 5) -> dict[str, Any]:
@@ -176,117 +142,101 @@ def stall_bench() -> dict[str, Any]:
             "overhead_ratio": float(m.group(2)) / 100 if m else None}
 
 
-def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    by = {r["mechanism"]: r for r in res["runs"]}
-    rl, base, ref = by.get("resilient-launch"), by.get("baseline"), by.get("fault-free")
-    out = []
-    if rl and base:
-        x = rl["goodput"] / base["goodput"] if base["goodput"] else float("inf")
-        out.append({"target": "resilient-launch goodput >= 3x baseline",
-                    "value": f"{x:.2f}x", "met": x >= 3})
-    if rl and ref:
-        x = rl["goodput"] / ref["goodput"] if ref["goodput"] else 0.0
-        out.append({"target": "resilient-launch goodput >= 0.85 of fault-free",
-                    "value": f"{x:.2f}", "met": x >= 0.85})
-    if rl:
-        inj = [f for f in rl["faults"] if f["handled_by"] == "in-job restart"]
-        worst = max(((f["recovery_s"] or 1e9) - (HB_TIMEOUT_S if f["type"] == "hang" else 0)
-                     for f in inj), default=None)
-        out.append({"target": "in-job recovery <= 10 s + checkpoint load (hang: after the "
-                              f"{HB_TIMEOUT_S} s heartbeat timeout)",
-                    "value": f"worst {worst:.1f} s" if worst is not None else "n/a",
-                    "met": worst is not None and worst <= 10})
-    stall = res.get("stall", {}).get("stall_ratio")
-    if stall is not None:
-        out.append({"target": "async checkpoint stall <= 5% of synchronous (ckpt_bench.py)",
-                    "value": f"{stall:.1%}", "met": stall <= 0.05})
+def curve_fits(res: dict[str, Any]) -> dict[str, Any]:
+    """Fit each cost-curve metric over the node counts measured (growth verdict and line)."""
+    import fits
+    from render import CURVE_METRICS, metric
+
+    out = {}
+    for mode, key, _label in CURVE_METRICS:
+        pts = [(p["nodes"], metric(p, mode, key)) for p in res["points"]]
+        pts = [(n, y) for n, y in pts if y is not None]
+        try:
+            f = fits.fit([n for n, _ in pts], [y for _, y in pts])
+        except ValueError:
+            continue
+        out[f"{mode} {key}"] = {**asdict(f), "describe": f.describe(
+            "" if key.startswith("rpc.") else "s")}
     return out
 
 
-def repeat_check(prev: dict[str, Any] | None, res: dict[str, Any]) -> dict[str, Any] | None:
-    if not prev or prev.get("workload") != res["workload"]:
-        return None
-    old = {r["mechanism"]: r.get("outcomes") for r in prev.get("runs", [])}
-    diffs = {r["mechanism"]: {"previous": old.get(r["mechanism"]), "now": r["outcomes"]}
-             for r in res["runs"] if r["mechanism"] in old and old[r["mechanism"]] != r["outcomes"]}
-    same_sched = prev.get("schedule") == res["schedule"]
-    ok = same_sched and not diffs
-    verdict = ("same fault schedule and same ordering of outcomes as the previous run" if ok else
-               f"schedule {'same' if same_sched else 'DIFFERENT'}; outcomes differ for "
-               f"{', '.join(diffs) or '-'}")
-    return {"ok": ok, "verdict": verdict, "previous_generated": prev.get("generated"),
-            "differences": diffs}
+def save(out: Path, name: str, data: dict[str, Any]) -> None:
+    data.setdefault("load_avg_at_end", [round(x, 1) for x in os.getloadavg()])
+    data["saved"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    print(f"[{harness.stamp()}] wrote {out}/{name}.json", flush=True)
+
+
+def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
+    sub = os.path.join(work, name)
+    os.makedirs(sub, exist_ok=True)
+    os.chmod(sub, 0o755)  # munged and the job user must reach the sandbox below
+    load = [round(x, 1) for x in os.getloadavg()]
+    print(f"[{harness.stamp()}] section {name} in {sub}; load average {load}", flush=True)
+    if name.startswith("compare-"):
+        import compare
+
+        _, profile, density = name.split("-")
+        save(out, name, compare.run(profile, density, sub, hb=a.heartbeat))
+    elif name == "cost-curve":
+        import cost_curve
+
+        sizes = [int(x) for x in a.sizes.split(",")]
+
+        def partial(res: dict[str, Any]) -> None:  # after each size: nothing measured is lost
+            res["fits"] = curve_fits(res)
+            save(out, name, {**res, "partial": len(res["points"]) < len(sizes)})
+
+        partial(cost_curve.run(sizes, a.curve_profile, sub, hb=a.heartbeat, saved=partial))
+    elif name == "hooks":
+        with harness.sandbox(os.path.join(sub, "sandbox")) as c:
+            save(out, name, {"section": name, "load_avg_at_start": load, **hooks_cost(c)})
+    elif name == "checkpointing":
+        res = {"section": name, "load_avg_at_start": load,
+               "checkpointing": ckpt_efficiency(Workload(), sub), "stall": stall_bench()}
+        save(out, name, res)
+    elif name == "render":
+        render_all(out)
+    else:
+        raise SystemExit(f"unknown section {name!r}; sections: {', '.join(SECTIONS)}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--dir", default=None, help="sandbox and run directory (default: temp)")
-    ap.add_argument("--only", default=",".join(MECHANISMS),
-                    help="comma list of mechanisms to run")
-    ap.add_argument("--skip-ckpt", action="store_true")
-    ap.add_argument("--skip-hooks", action="store_true")
-    ap.add_argument("--ckpt-only", action="store_true",
-                    help="re-measure only the checkpointing section of an existing results.json")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma list of sections ({', '.join(SECTIONS)})")
+    ap.add_argument("--sizes", default=",".join(map(str, CURVE_SIZES)),
+                    help="cost curve node counts")
+    ap.add_argument("--curve-profile", default="fast", choices=["fast", "production"])
+    ap.add_argument("--heartbeat", type=float, default=HB_TIMEOUT_S,
+                    help="heartbeat timeout = the baseline's collective timeout (s)")
     a = ap.parse_args()
-    wl = Workload()
-    schedule = wl.schedule()
+    # SIGTERM / SIGINT (also in the background) unwind: every sandbox comes down, parts are kept
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda n, _f: sys.exit(128 + n))
+    names = [x.strip() for x in a.only.split(",") if x.strip()]
+    bad = [n for n in names if n not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; sections: {', '.join(SECTIONS)}")
     work = a.dir or tempfile.mkdtemp(prefix="rs-bench-")
     os.makedirs(work, exist_ok=True)
-    os.chmod(work, 0o755)  # munged runs as user munge and must reach the sandbox below
+    os.chmod(work, 0o755)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    prev_path = out / "results.json"
-    prev = json.loads(prev_path.read_text()) if prev_path.exists() else None
-    started = time.time()
-    print(f"[{harness.stamp()}] bench in {work}; fault schedule (seed {wl.fault_seed}): "
-          f"{harness.describe_schedule(schedule)}", flush=True)
-    res: dict[str, Any] = {
-        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workload": asdict(wl),
-        "schedule": harness.describe_schedule(schedule),
-        "schedule_list": [f"{f.type}@{f.step}" for f in schedule],
-        "machine": {"cpus": os.cpu_count(), "load_avg_at_start": round(os.getloadavg()[0], 1),
-                    "python": sys.version.split()[0]},
-        "settings": {"bound_s": BOUND_S, "baseline_pg_timeout_s": PG_TIMEOUT_S,
-                     "heartbeat_timeout_s": HB_TIMEOUT_S, "baseline_max_requeues": 6,
-                     "in_job_max_restarts": 5, "resilient_min_nodes": 3},
-        "runs": []}
-    if a.ckpt_only and prev:
-        res = prev
-        res["checkpointing"] = ckpt_efficiency(wl, work)
-        res["checkpointing"]["measured"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        return write(res, out, work if a.dir is None else None)
-    root = os.path.join(work, "sandbox")
-    with harness.sandbox(root) as c:
-        if not a.skip_hooks:
-            res["hooks"] = hooks_cost(c)
-            brief = {k: res["hooks"][k] for k in ("prolog", "healthcheck")}
-            print(f"[{harness.stamp()}] hooks: {json.dumps(brief)}", flush=True)
-        for mech in MECHANISMS:
-            if mech in a.only.split(","):
-                r = run_mechanism(c, mech, wl, work)
-                res["runs"].append({**asdict(r), "outcomes": harness.outcome_order(r)})
-    if not a.skip_ckpt:
-        res["checkpointing"] = ckpt_efficiency(wl, work)
-        res["stall"] = stall_bench()
-        print(f"[{harness.stamp()}] ckpt_bench: {res['stall']['output'][-1:]}", flush=True)
-    res["repeat_check"] = repeat_check(prev, res)
-    res["elapsed_s"] = round(time.time() - started)
-    res["machine"]["load_avg_at_end"] = round(os.getloadavg()[0], 1)
-    return write(res, out, work if a.dir is None else None)
-
-
-def write(res: dict[str, Any], out: Path, cleanup: str | None) -> int:
-    res["targets"] = targets(res)
-    (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
-    md = markdown(res)
-    (out / "results.md").write_text(md)
-    chart(res, out / "chart.png")
-    print(md)
-    print(f"[{harness.stamp()}] wrote {out}/results.json, results.md, chart.png")
-    if cleanup:
-        shutil.rmtree(cleanup, ignore_errors=True)
-    return 0
+    failed = []
+    for name in names:
+        try:
+            run_section(name, a, out, work)
+        except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the rest
+            print(f"[{harness.stamp()}] section {name} FAILED: {exc!r}", flush=True)
+            failed.append(name)
+    if "render" not in names:
+        render_all(out)
+    if a.dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def main() -> None:
       doctor    which Slurm backend is in use, and why
       install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
       report    a resilient-launch job's timeline, faults, recovery times and goodput
+      plan      projected goodput per recovery mechanism for a large job (a model)
     """
 
 
@@ -27,12 +28,14 @@ def _register() -> None:
     from resilient_slurm.doctor import doctor
     from resilient_slurm.hooks.cli import install_hooks
     from resilient_slurm.launcher.report import report_command
+    from resilient_slurm.plan_cli import plan_command
     from resilient_slurm.sandbox.cli import sandbox
 
     main.add_command(sandbox)
     main.add_command(doctor)
     main.add_command(install_hooks)
     main.add_command(report_command)
+    main.add_command(plan_command)
 
 
 _register()

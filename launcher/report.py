@@ -27,6 +27,7 @@ from typing import Any
 
 import click
 
+from resilient_slurm import goodput
 from resilient_slurm.events import read_events
 from resilient_slurm.launcher import straggler
 
@@ -57,6 +58,7 @@ class Report:
     requeues: int = 0
     cycles: int = 0
     restarts: int = 0  # in-job restarts the launcher saw (rendezvous rounds after the first)
+    from_submission: bool = False  # start is the job's submission (else its first event)
 
     @property
     def wall_s(self) -> float:
@@ -64,9 +66,8 @@ class Report:
 
     @property
     def goodput(self) -> float | None:
-        if self.productive_s is None or self.wall_s <= 0:
-            return None
-        return self.productive_s / self.wall_s
+        return goodput.Goodput(self.productive_s, self.wall_s, self.final_step, 0,
+                               self.from_submission).value
 
 
 def _is_fault(e: dict[str, Any]) -> bool:
@@ -185,32 +186,27 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def build(events: list[dict[str, Any]]) -> Report:
+def build(events: list[dict[str, Any]], submitted: float | None = None) -> Report:
     """The report from the launcher's own observations (cycles, restarts, failure and hang
     reports, rendezvous, first heartbeats), enriched by training events when present (their
-    faults, steps, resumes). What cannot be known is None, never 0."""
+    faults, steps, resumes). What cannot be known is None, never 0. Goodput is
+    :mod:`resilient_slurm.goodput`'s: wall from ``submitted`` (UNIX s) when given, else from
+    the first event."""
     events = sorted(events, key=lambda e: float(e.get("ts", 0)))
     if not events:
         return Report(0.0, 0.0)
     training = any(_is_fault(e) and e.get("source") == "training" for e in events)
     if not training:
         events = sorted(events + observed_faults(events), key=lambda e: float(e.get("ts", 0)))
-    rep = Report(float(events[0]["ts"]), float(events[-1]["ts"]))
-    done: dict[int, float] = {}
-    prev: tuple[float, int] | None = None
+    rep = Report(float(events[0]["ts"]) if submitted is None else submitted,
+                 float(events[-1]["ts"]), from_submission=submitted is not None)
     high = None
     rounds: dict[Any, set[int]] = {}
     cycle = None
     for i, e in enumerate(events):
         kind, ts = e.get("kind"), float(e.get("ts", 0))
         if kind == "progress" and isinstance(e.get("step"), int):
-            s = e["step"]
-            if prev is not None and prev[1] == s - 1:
-                done[s] = ts - prev[0]
-            prev = (ts, s)
-            high = s if high is None else max(high, s)
-        elif _training_resume(e):
-            prev = (ts, int(e.get("step") or 0))
+            high = e["step"] if high is None else max(high, e["step"])
         elif kind == "cycle_start":
             rep.cycles += 1
             cycle = e.get("cycle", rep.cycles)
@@ -234,9 +230,8 @@ def build(events: list[dict[str, Any]]) -> Report:
                 e.get("step"), how, rec, lost, det, e.get("rank"), rdv,
                 e.get("cycle", cycle)))
     rep.restarts = sum(max(len(r) - 1, 0) for r in rounds.values())
-    keep = rep.final_step = high
-    if done:
-        rep.productive_s = sum(d for s, d in done.items() if keep is None or s <= keep)
+    g = goodput.compute(events, submitted=rep.start, ended=rep.end)
+    rep.productive_s, rep.final_step = g.productive_s, g.final_step
     return rep
 
 
@@ -274,9 +269,11 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     good = "unknown (no step reports)" if rep.goodput is None else f"{rep.goodput:.1%}"
     lines += straggler.render_speed(sorted(events, key=lambda e: float(e.get("ts", 0))),
                                     rep.start)
+    since = ("from submission" if rep.from_submission else
+             "from the first event; --submitted for wall from submission")
     lines.append(f"Summary: verdict {rep.verdict or '-'}, {rep.cycles} cycle(s), "
                  f"{rep.restarts} in-job restart(s), {rep.requeues} requeue(s), final step "
-                 f"{final}, lost steps {lost_all}, wall {rep.wall_s:.1f}s, productive "
+                 f"{final}, lost steps {lost_all}, wall {rep.wall_s:.1f}s ({since}), productive "
                  f"{_s(rep.productive_s)}, goodput {good}")
     return "\n".join(lines)
 
@@ -313,14 +310,22 @@ def plot(rep: Report, events: list[dict[str, Any]], path: str) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also draw progress over time with faults and recoveries (PNG).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
-def report_command(state_dir: str, plot_path: str | None, as_json: bool) -> None:
+@click.option("--submitted", type=float, default=None, metavar="UNIX_SECONDS",
+              help="The job's submission time (e.g. `date -d \"$(squeue -h -o %V -j ID)\" +%s`):"
+                   " goodput's wall then runs from submission, as in the bench and the demo.")
+def report_command(state_dir: str, plot_path: str | None, as_json: bool,
+                   submitted: float | None) -> None:
     """Timeline, faults and what handled each, recovery times, lost steps and goodput of a
     resilient-launch job, from STATE_DIR/events.jsonl."""
     path = os.path.join(state_dir, "events.jsonl")
     events = list(read_events(path))
     if not events:
         raise click.ClickException(f"no events in {path}")
-    rep = build(events)
+    first = min(float(e.get("ts", 0)) for e in events)
+    if submitted is not None and submitted > first:
+        raise click.BadParameter(f"{submitted} is after the job's first event ({first:.0f})",
+                                 param_hint="--submitted")
+    rep = build(events, submitted=submitted)
     if as_json:
         click.echo(json.dumps({**asdict(rep), "wall_s": rep.wall_s, "goodput": rep.goodput},
                               default=str))

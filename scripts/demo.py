@@ -109,6 +109,7 @@ def main() -> int:
         events = os.path.join(state_dir, "events.jsonl")
         env = {"TRAIN_SCRIPT": str(TRAIN_SCRIPT), "PYTHON": str(BIN / "python"),
                **harness.resilient_env()}
+        t_sub = time.time()  # goodput's wall runs from submission (resilient_slurm.goodput)
         jid = c.submit(harness.FSDP_SBATCH, wl.train_args(ckpt),
                        os.path.join(work, "job", "slurm-%j.out"), env, nodes=wl.nodes)
         knobs = " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}" for k, v in
@@ -118,14 +119,12 @@ def main() -> int:
         say()
         say("live progress (job state, training events, launcher decisions, hook drains):")
         follow = harness.Follower([events, c.hook_events], wl.steps, every=10, out=say)
-        t0 = time.time()
-
         def poll(s: str) -> None:
             follow.state(s)
             follow.poll()
 
         state, timed_out = c.wait(jid, a.bound, poll=poll)
-        wall = time.time() - t0
+        wall = time.time() - t_sub
         follow.poll()
         say(f"[{harness.stamp()}] job {jid} ended: {state}"
             f"{' (time bound hit, cancelled)' if timed_out else ''} after {wall:.0f} s")
@@ -141,7 +140,7 @@ def main() -> int:
 
         evs = list(harness.read_events(events))
         if evs:
-            rep = report.build(evs)
+            rep = report.build(evs, submitted=t_sub)
             say(report.render(rep, evs))
             report.plot(rep, evs, plot_path)
             say(f"plot: {plot_path}")
@@ -152,7 +151,7 @@ def main() -> int:
         say(f"job {jid}: state {job.state}, requeues {job.restart_count}, ran last on "
             f"{','.join(job.nodes) or '-'}, ExcNodeList={','.join(job.excluded) or '-'}")
         r = harness.summarize("resilient-launch", jid, events, state, timed_out, wall, schedule,
-                              job.restart_count, sorted(job.excluded))
+                              job.restart_count, sorted(job.excluded), submitted=t_sub)
         say()
         say(f"[{harness.stamp()}] waiting for the fault-free reference run ...")
         ref_digest = reference_digest(ref, ref_dir, timeout=240)

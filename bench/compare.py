@@ -1,0 +1,296 @@
+"""The fair comparison: every mechanism in one sandbox, one run, as the unprivileged job user.
+
+Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
+
+* ``srun-torchrun``: fault-free ``srun torchrun`` (``sbatch/fsdp-baseline.sbatch``): the
+  reference for goodput, digest and resilient-launch's overhead;
+* ``resilient-launch (no faults)``: ``sbatch/fsdp.sbatch`` without faults: the overhead;
+* ``baseline``: ``srun torchrun`` + ``--requeue`` (``fsdp-baseline.sbatch``); a hang is caught
+  by torch's collective timeout set to the heartbeat value; the figure at torch's default
+  (30 min) is derived beside it (each hang waits the difference longer);
+* ``ft_launcher``: ``srun ft_launcher`` inside the same requeue-on-failure batch script
+  (``bench/jobs/ft-launcher.sbatch``);
+* ``resilient-launch``: ``sbatch/fsdp.sbatch``.
+
+Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STEP@rankN``); the
+node fault is made by the harness as a GPU falling off the bus would be: the node's simulated
+hardware turns bad (``xid79``, seen only by the root HealthCheckProgram) and the rank on it
+dies, and a worker started there again fails at start (``bench/gated_train.py``). Nobody
+announces it: each mechanism finds it by its own means. All five jobs run at the same time on
+disjoint nodes of one sandbox (one thread per rank), so the machine's load drifts alike for all
+of them; the price is CPU contention: while one job waits (a requeue's ``cred_expire``) the
+others get more of the 2 cores, and step times are longer than with one job alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
+
+TORCH_DEFAULT_PG_TIMEOUT_S = 1800  # torch.distributed default_pg_timeout (30 min)
+MECHS = ("srun-torchrun", "resilient-launch (no faults)", "baseline", "ft_launcher",
+         "resilient-launch")
+FAULT_FREE = MECHS[:2]
+
+
+@dataclass(frozen=True)
+class Density:
+    name: str
+    workload: Workload
+
+
+DENSITIES = {
+    # today's: 5 faults in 60 steps (node@12, hang@22, sigkill@29, exception@36, sigkill@56)
+    "dense": Density("dense", Workload(threads=1)),
+    # one of each over 300 steps (seed 79 = sparse_seed(): the first with one of each type):
+    # sigkill@140, node@190, exception@245, hang@285
+    "sparse": Density("sparse", Workload(steps=300, checkpoint_every=20, fault_count=4,
+                                         fault_seed=79, fault_weights="0.25,0.25,0.25,0.25",
+                                         threads=1)),
+}
+
+
+def sparse_seed(steps: int = 300, world: int = 3, start: int = 0) -> int:
+    """The first seed whose 4-fault schedule has one fault of each type, 30+ steps apart."""
+    from resilient_slurm.training.faults import FAULT_TYPES, compute_schedule
+
+    for seed in range(start, start + 10000):
+        s = compute_schedule(4, seed, list(FAULT_TYPES), steps, world, [0.25] * 4)
+        gaps = [b.step - a.step for a, b in zip(s, s[1:], strict=False)]
+        if sorted(f.type for f in s) == sorted(FAULT_TYPES) and min(gaps) >= 30 \
+                and s[0].step >= 30:
+            return seed
+    raise RuntimeError("no seed gives one fault of each type")
+
+
+def workload(density: str) -> Workload:
+    return DENSITIES[density].workload
+
+
+def train_args(wl: Workload, ckpt: str, faults: bool) -> list[str]:
+    """The training's arguments: the scheduled faults as targeted ones, the node fault left
+    to the harness."""
+    args = wl.train_args(ckpt, faults=False)
+    if faults:
+        for f in wl.schedule():
+            if f.type != "node":
+                args += ["--fault", f"{f.type}@{f.step}@rank{f.rank}"]
+    return args
+
+
+def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, str], str]:
+    """Batch script, its environment and the events file to read for one mechanism."""
+    env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
+    if mech.startswith("resilient-launch"):
+        env.update(harness.resilient_env(hb))
+        return harness.FSDP_SBATCH, env, ""  # events: <ckpt>/.resilient/events.jsonl
+    env["RESILIENT_EVENTS_FILE"] = events
+    if mech in ("srun-torchrun", "baseline"):
+        env.update(RDZV_PORT=str(harness.free_port()), PG_TIMEOUT=f"{hb:g}",
+                   BASELINE_MAX_REQUEUES="6")
+        return REPO / "sbatch" / "fsdp-baseline.sbatch", env, events
+    env.update(RDZV_PORT=str(harness.free_port()), FT_HB_TIMEOUT=f"{hb:g}",
+               FT_MAX_REQUEUES="6")
+    return JOBS / "ft-launcher.sbatch", env, events
+
+
+def worker_pids(jid: int, node: str, script: str = "gated_train.py") -> list[int]:
+    """The training workers of job ``jid`` on ``node`` (not torchrun / ft_launcher): processes
+    whose Python runs ``script`` as its script."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            if not any(a.endswith(script.encode()) for a in argv[1:3]):
+                continue
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={jid}".encode() in env and f"SLURMD_NODENAME={node}".encode() in env:
+            out.append(int(d))
+    return out
+
+
+@dataclass
+class NodeFault:
+    """The harness's node fault for one job: at ``step`` the node's hardware turns bad and the
+    worker on it dies (as with a GPU lost under a running CUDA process)."""
+
+    cluster: harness.Cluster
+    jid: int
+    step: int
+    events: str
+    lost_dir: str
+    script: str = "gated_train.py"
+    fired: dict[str, Any] | None = None
+
+    def poll(self) -> None:
+        if self.fired is not None or not os.path.exists(self.events):
+            return
+        high = max((int(e["step"]) for e in harness.read_events(self.events)
+                    if e.get("kind") == "progress" and isinstance(e.get("step"), int)),
+                   default=0)
+        if high < self.step:
+            return
+        job = self.cluster.slurm.job(self.jid)
+        batch = job.extra.get("batch_host")
+        node = [n for n in job.nodes if n != batch][-1]
+        from resilient_slurm.healthcheck.simulate import install_scenario
+
+        Path(self.lost_dir, node).touch()
+        install_scenario(os.path.join(self.cluster.root, "nodes", node), "xid79")
+        pids = worker_pids(self.jid, node, self.script)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.fired = {"ts": time.time(), "kind": "fault", "source": "training", "type": "node",
+                      "step": high, "node": node, "rank": None, "killed": len(pids)}
+
+
+@dataclass
+class Job:
+    mech: str
+    jid: int
+    events: str
+    work: str
+    submitted: float
+    bound: float
+    node_fault: NodeFault | None = None
+    state: str = "?"
+    timed_out: bool = False
+    ended: float = 0.0
+    info: Any = None  # the job as last seen while it ran (Slurm forgets it MinJobAge later)
+
+
+def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lost_dir: str,
+           bound: float) -> Job:
+    from resilient_slurm.sandbox import lifecycle
+
+    d = os.path.join(base, mech.replace(" ", "-").replace("(", "").replace(")", ""))
+    lifecycle.make_user_dir(d, lifecycle.job_user(c.root), mode=0o755)
+    ckpt = os.path.join(d, "ckpt")
+    faults = mech not in FAULT_FREE
+    script, env, events = script_and_env(mech, hb, os.path.join(d, "events.jsonl"))
+    if not events:
+        events = os.path.join(ckpt, ".resilient", "events.jsonl")
+        verdicts = os.path.join(c.root, "verdicts", "{node}.json")
+        env["RESILIENT_LAUNCH_ARGS"] += f" --verdict-path {verdicts}"
+    env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
+    t = time.time()
+    jid = c.submit_as_user(script, train_args(wl, ckpt, faults), os.path.join(d, "slurm-%j.out"),
+                           env, nodes=wl.nodes)
+    job = Job(mech, jid, events, d, t, bound)
+    node = [f for f in wl.schedule() if f.type == "node"] if faults else []
+    if node:
+        job.node_fault = NodeFault(c, jid, node[0].step, events, lost_dir)
+    print(f"[{harness.stamp()}] {mech}: job {jid} ({script.relative_to(REPO)}), bound "
+          f"{bound:.0f} s", flush=True)
+    return job
+
+
+def wait_all(c: harness.Cluster, jobs: list[Job]) -> None:
+    """Poll every job (and fire its node fault) until each ends or passes its bound."""
+    while any(not j.ended for j in jobs):
+        for j in jobs:
+            if j.ended:
+                continue
+            if j.node_fault is not None:
+                j.node_fault.poll()
+            try:
+                j.info = c.slurm.job(j.jid)
+                j.state = j.info.state
+            except Exception:  # noqa: BLE001 - a busy or stalled controller: ask again
+                continue
+            if j.state in harness.TERMINAL:
+                j.ended = time.time()
+                print(f"[{harness.stamp()}] {j.mech}: {j.state} after "
+                      f"{j.ended - j.submitted:.0f} s", flush=True)
+            elif time.time() - j.submitted > j.bound:
+                c.slurm.cancel(j.jid)
+                j.timed_out, j.ended = True, time.time()
+                print(f"[{harness.stamp()}] {j.mech}: time bound hit, cancelled", flush=True)
+        time.sleep(1)
+
+
+def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str, Any]:
+    extra = [j.node_fault.fired] if j.node_fault and j.node_fault.fired else []
+    sched = wl.schedule() if j.mech not in FAULT_FREE else []
+    info = j.info  # never ask Slurm after the end: it forgets finished jobs after MinJobAge
+    r = harness.summarize(j.mech, j.jid, j.events, j.state, j.timed_out, j.ended - j.submitted,
+                          sched, info.restart_count if info else -1,
+                          sorted(info.excluded) if info else [],
+                          submitted=j.submitted, extra=extra)
+    out = {**asdict(r), "outcomes": harness.outcome_order(r),
+           "timeline": timeline(j.events, j.submitted, extra)}
+    if j.mech == "baseline":
+        hangs = sum(1 for f in r.faults if f["type"] == "hang")
+        extra_wait = hangs * (TORCH_DEFAULT_PG_TIMEOUT_S - hb)
+        wall = r.wall_s + extra_wait
+        out["at_torch_default"] = {
+            "derived": True, "pg_timeout_s": TORCH_DEFAULT_PG_TIMEOUT_S, "hangs": hangs,
+            "wall_s": round(wall, 1),
+            "goodput": round(r.productive_s / wall, 4) if wall > 0 else 0.0,
+            "how": f"measured wall + {hangs} hang(s) x ({TORCH_DEFAULT_PG_TIMEOUT_S} - {hb:g}) s"}
+    return out
+
+
+def timeline(events: str, submitted: float, extra: list[dict[str, Any]]
+             ) -> dict[str, list[Any]]:
+    """Step over time since submission (at most ~600 points) and the faults, for the chart."""
+    evs = [*harness.read_events(events), *extra] if os.path.exists(events) else extra
+    prog = sorted((float(e["ts"]) - submitted, int(e["step"])) for e in evs
+                  if e.get("kind") == "progress" and isinstance(e.get("step"), int))
+    keep = prog[::max(1, len(prog) // 600)]
+    faults = sorted((round(float(e["ts"]) - submitted, 1), str(e.get("type"))) for e in evs
+                    if e.get("kind") == "fault" and e.get("source") == "training")
+    return {"steps": [[round(t, 1), s] for t, s in keep], "faults": [list(f) for f in faults]}
+
+
+def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 18
+        ) -> dict[str, Any]:
+    """All five mechanisms at the same time, on disjoint nodes of one sandbox."""
+    wl = workload(density)
+    prod = profile == "production"
+    bounds = {"srun-torchrun": 1500, "resilient-launch (no faults)": 1500,
+              "baseline": 2400 if prod else 1200, "ft_launcher": 1800 if prod else 900,
+              "resilient-launch": 1500 if prod else 720}
+    res: dict[str, Any] = {
+        "section": f"compare-{profile}-{density}", "profile": profile, "density": density,
+        "workload": asdict(wl), "schedule": harness.describe_schedule(wl.schedule()),
+        "schedule_list": [f"{f.type}@{f.step}" for f in wl.schedule()],
+        "settings": {"heartbeat_timeout_s": hb, "baseline_pg_timeout_s": hb,
+                     "torch_default_pg_timeout_s": TORCH_DEFAULT_PG_TIMEOUT_S,
+                     "sandbox_nodes": nodes, "job_user": True, "bound_s": bounds,
+                     "order": "all 5 jobs at the same time on disjoint nodes, 1 thread per "
+                              "rank"},
+        "load_avg_at_start": [round(x, 1) for x in os.getloadavg()],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": []}
+    root = os.path.join(work, "sandbox")
+    with harness.sandbox(root, nodes=nodes, timing=profile) as c:
+        from resilient_slurm.sandbox import lifecycle
+
+        res["timing"] = asdict(lifecycle.sandbox_timing(root))
+        lost = os.path.join(work, "gpu-lost")
+        os.makedirs(lost, exist_ok=True)
+        os.chmod(lost, 0o755)
+        base = os.path.join(lifecycle.job_user(root).work_dir, "bench")
+        lifecycle.make_user_dir(base, lifecycle.job_user(root), mode=0o755)
+        for group in (MECHS,):
+            jobs = [submit(c, m, wl, base, hb, lost, bounds[m]) for m in group]
+            wait_all(c, jobs)
+            res["runs"] += [summarize(c, j, wl, hb) for j in jobs]
+        res["memory"] = lifecycle.memory_summary(root)
+    res["load_avg_at_end"] = [round(x, 1) for x in os.getloadavg()]
+    res["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return res

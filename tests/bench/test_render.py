@@ -1,0 +1,115 @@
+"""bench/render.py: tables, derived baseline row, targets met / not met, projection inputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import render  # noqa: E402
+
+
+def run(mech: str, goodput: float, wall: float, faults: list[tuple[str, float | None]],
+        digest: str = "d1", **kw: object) -> dict[str, object]:
+    return {"mechanism": mech, "job_id": 1, "completed": True, "timed_out": False,
+            "state": "COMPLETED", "wall_s": wall, "productive_s": goodput * wall,
+            "goodput": goodput, "final_step": 300, "digest": digest, "requeues": 0,
+            "restarts_in_job": 0, "lost_steps": 0, "excluded": [],
+            "faults": [{"type": t, "recovery_s": r,
+                        "handled_by": "requeue" if t == "node" else "in-job restart",
+                        "step": 1, "rank": 0, "node": "n", "lost_steps": 0}
+                       for t, r in faults],
+            "timeline": {"steps": [[1.0, 1], [2.0, 2]], "faults": [[1.5, "hang"]]}, **kw}
+
+
+FAULTS = [("sigkill", 8.0), ("node", 60.0), ("exception", 6.0), ("hang", 25.0)]
+
+
+def section() -> dict[str, object]:
+    return {"section": "compare-production-sparse", "profile": "production", "density": "sparse",
+            "workload": {"nodes": 3, "steps": 300, "checkpoint_every": 20, "step_sleep": 0.2},
+            "schedule": "...", "started": "T0", "finished": "T1",
+            "settings": {"heartbeat_timeout_s": 20.0, "order": "x"},
+            "timing": {"kill_wait": 30, "cred_expire": 120, "health_interval": 30},
+            "runs": [run("srun-torchrun", 0.6, 100, []),
+                     run("resilient-launch (no faults)", 0.58, 103, []),
+                     run("baseline", 0.1, 600, [("sigkill", 150.0), ("node", 200.0),
+                                                ("exception", 150.0), ("hang", 170.0)],
+                         at_torch_default={"derived": True, "pg_timeout_s": 1800, "hangs": 1,
+                                           "wall_s": 2380, "goodput": 0.025, "how": "m + 1x"}),
+                     run("ft_launcher", 0.2, 300, [("sigkill", 8.0), ("node", None),
+                                                   ("exception", 6.0), ("hang", 25.0)]),
+                     run("resilient-launch", 0.4, 150, FAULTS)]}
+
+
+def test_targets_met_and_not_met() -> None:
+    t = {x["target"]: x for x in render.targets(section())}
+    assert t["resilient-launch goodput >= 3x baseline"]["met"]  # 0.4 / 0.1
+    assert not t["resilient-launch goodput >= 0.85 of fault-free srun torchrun"]["met"]
+    assert t["resilient-launch fault-free wall overhead <= 5% vs srun torchrun"]["value"] \
+        == "+3.0%"
+    worst = next(v for k, v in t.items() if k.startswith("in-job recovery"))
+    assert worst["value"] == "worst 8.0 s" and worst["met"]  # hang 25 - 20 s heartbeat = 5
+
+
+def test_plan_inputs_per_class_and_unrecovered_left_out() -> None:
+    inp = render.plan_inputs({"compare-production-sparse": section()})
+    assert inp is not None
+    m = inp["mechanisms"]
+    assert "ft_launcher" not in m and any("ft_launcher" in n for n in inp["notes"])
+    assert m["resilient-launch"] == {"process": {"base_s": 7.0}, "node": {"base_s": 60.0},
+                                     "hang": {"base_s": 25.0}}
+    assert m["baseline (torch default timeout)"]["hang"]["base_s"] == 170 + 1800 - 20
+
+
+def test_render_all_writes_tables_projection_and_charts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "compare-production-sparse.json").write_text(json.dumps(section()))
+    md = render.render_all(tmp_path)
+    assert "| baseline at torch's default timeout (1800 s), DERIVED" in md
+    assert "Not measured (no saved section): cost-curve" in md
+    assert "NOT MET" in md and "| met |" in md
+    assert "PROJECTION (a model, not a measurement)" in md
+    assert (tmp_path / "chart.png").stat().st_size > 1000
+    assert (tmp_path / "projection.txt").exists() and (tmp_path / "plan-inputs.json").exists()
+    assert "wall +3.0%" in md
+
+
+def curve() -> dict[str, object]:
+    pts = []
+    for n in (4, 8, 16, 32):
+        pts.append({"nodes": n, "in-allocation": {
+            "submit_to_first_step_s": 20 + 2.0 * n, "fault_to_blame_s": 12.0,
+            "fault_to_resumed_s": 30 + 0.5 * n,
+            "rpc": {"hooks_per_node_per_interval": 0.0, "job_user_per_interval": 2.0}},
+            "by requeue": {"fault_to_resumed_s": 150.0}, "timing": {"health_interval": 10}})
+    return {"section": "cost-curve", "profile": "fast", "points": pts}
+
+
+def test_cost_curve_fits_table_and_chart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import run_all
+
+    sec = curve()
+    sec["fits"] = run_all.curve_fits(sec)
+    f = sec["fits"]
+    assert f["in-allocation fault_to_blame_s"]["growth"] == "constant"
+    assert f["by requeue fault_to_resumed_s"]["growth"] == "constant"
+    assert f["in-allocation submit_to_first_step_s"]["slope"] == 2.0
+    assert f["in-allocation submit_to_first_step_s"]["growth"] in ("sublinear", "linear")
+    (tmp_path / "cost-curve.json").write_text(json.dumps(sec))
+    md = render.render_all(tmp_path)
+    assert "| submission -> first step | 28 | 36 | 52 | 84 |" in md
+    assert (tmp_path / "cost-curve.png").stat().st_size > 1000
+
+
+def test_projection_uses_the_cost_curve_for_in_allocation_node_faults() -> None:
+    import run_all
+
+    c = curve()
+    c["fits"] = run_all.curve_fits(c)
+    inp = render.plan_inputs({"compare-production-sparse": section(), "cost-curve": c})
+    assert inp is not None
+    row = inp["mechanisms"]["resilient-launch (node faults in-allocation)"]
+    # the curve's smallest size (30 + 0.5 x 4) + (30 - 10) s: production's health interval
+    assert row["node"] == {"base_s": 52.0}
+    assert row["hang"] == {"base_s": 25.0}  # other classes as measured in the comparison
