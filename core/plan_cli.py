@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import IO
 
 import click
 
@@ -34,7 +35,7 @@ from resilient_slurm import projection as pj
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable rows.")
 def plan_command(gpus: tuple[int, ...], gpus_per_node: int, interruptions: float, days: float,
                  on_gpus: int, node_share: float, hang_share: float, delta: float | None,
-                 costs_file: click.utils.LazyFile | None, cost_specs: tuple[str, ...],
+                 costs_file: IO[str] | None, cost_specs: tuple[str, ...],
                  as_json: bool) -> None:
     """Projected goodput per recovery mechanism for jobs of --gpus GPUs: Young/Daly checkpoint
     interval from the failure rate, plus the measured cost of each fault (a model, labelled as
