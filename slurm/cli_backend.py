@@ -27,6 +27,7 @@ from resilient_slurm.slurm.parse import (
     _node_from_json,
     _num,
     _words,
+    job_records,
     parse_oneliner,
     split_state,
 )
@@ -182,7 +183,7 @@ class CliSlurm:
                 raise SlurmError(f"job {jid}: unreadable record ({exc})") from None
         else:
             text = self._run(["scontrol", "-o", "show", "job", str(jid)], timeout)
-            for line in text.splitlines():
+            for line in job_records(text):
                 fields = parse_oneliner(line)
                 if fields.get("JobId") == str(jid):
                     return _job_from_oneliner(fields)

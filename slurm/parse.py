@@ -69,6 +69,18 @@ def _exit_code(value: Any) -> int:
     return _num(value)
 
 
+def job_records(text: str) -> list[str]:
+    """The records of ``scontrol -o show job`` output, one per job. A job's name or comment may
+    hold a newline (user text): a line that does not start a record continues the one before."""
+    records: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("JobId=") or not records:
+            records.append(line)
+        else:
+            records[-1] += " " + line
+    return records
+
+
 def parse_oneliner(line: str) -> dict[str, str]:
     """``Key=value Key2=value2 ...`` (``scontrol -o show job``) as a dict; a value runs to the
     next `` Key=``, so values holding spaces (``Comment=a b``) stay whole."""
