@@ -33,6 +33,9 @@ SELECT=(
     "$L::test_deterministic_crash_verdict"
     "$L::test_node_fault_elastic"
     "$L::test_node_fault_requeue"
+    # 200 direct health-program runs on healthy nodes make no Slurm call at all (issue 12): they
+    # prove nothing version-specific and cost 3 minutes, so the main stage alone runs them.
+    --deselect tests/hooks/test_hooks_cluster.py::test_200_health_runs_on_healthy_and_boot_noise_nodes_never_drain
 )
 
 cache=${RS_CACHE_DIR:-/var/cache/resilient-slurm}
