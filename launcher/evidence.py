@@ -47,11 +47,10 @@ def node_states(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, tuple[st
         return {}
 
 
-def exit_records(record_dir: str) -> dict[str, dict[str, Any]]:
+def _read_records(paths: list[str]) -> dict[str, dict[str, Any]]:
+    """node -> record for the node shims' JSON records among ``paths`` (unreadable ones skipped)."""
     out: dict[str, dict[str, Any]] = {}
-    for path in glob.glob(os.path.join(record_dir, "*.json")):
-        if path.endswith(".started.json"):
-            continue
+    for path in paths:
         try:
             with open(path, encoding="utf-8") as fh:
                 rec = json.load(fh)
@@ -60,20 +59,16 @@ def exit_records(record_dir: str) -> dict[str, dict[str, Any]]:
         if isinstance(rec, dict) and "node" in rec:
             out[str(rec["node"])] = rec
     return out
+
+
+def exit_records(record_dir: str) -> dict[str, dict[str, Any]]:
+    return _read_records([p for p in glob.glob(os.path.join(record_dir, "*.json"))
+                          if not p.endswith(".started.json")])
 
 
 def step_records(record_dir: str) -> dict[str, dict[str, Any]]:
     """The node shims' ``<node>.started.json`` records of one cycle: node -> record."""
-    out: dict[str, dict[str, Any]] = {}
-    for path in glob.glob(os.path.join(record_dir, "*.started.json")):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and "node" in rec:
-            out[str(rec["node"])] = rec
-    return out
+    return _read_records(glob.glob(os.path.join(record_dir, "*.started.json")))
 
 
 def step_id(record_dir: str) -> str | None:

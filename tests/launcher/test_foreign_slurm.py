@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on sys.path
 import pytest
 
 from resilient_slurm.events import read_events
@@ -26,8 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FOREIGN = os.path.join(HERE, "foreign")
 BIN = os.path.dirname(sys.executable)
 HEARTBEAT_TIMEOUT = 6
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 TOLERANCE_S = 0.5
 FAULT_LINE = re.compile(r"^\[script\] fault=(\w+) step=(\d+) rank=(\d+) t=([\d.]+)", re.M)
 STEP_LINE = re.compile(r"^\[script\] step=(\d+) .*t=([\d.]+)", re.M)
@@ -70,15 +69,8 @@ def submit(sandbox, user, launch: list[str], script: str,  # type: ignore[no-unt
 
 
 def wait_job(slurm, jid: int, timeout: float = 420):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    job = slurm.job(jid)
-    while time.monotonic() < deadline:
-        job = slurm.job(jid)
-        if job.state in TERMINAL:
-            return job
-        time.sleep(1)
-    slurm.cancel(jid)
-    raise AssertionError(f"job {jid} still {job.state} ({job.reason}) after {timeout}s")
+    """The shared wait (launch_helpers), with room for three faults and a requeue."""
+    return launch_helpers.wait_job(slurm, jid, timeout)
 
 
 def first_step_after(log: str, t0: float, gap: float) -> float:
