@@ -15,26 +15,17 @@ import os
 import runpy
 import sys
 
-import tomllib
+from resilient_slurm.training.faults import simulated_gpu_lost
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sbatch", "train_fsdp.py")
 
 
 def gpu_lost() -> str | None:
-    root, node = os.environ.get("RESILIENT_SANDBOX_DIR"), os.environ.get("SLURMD_NODENAME")
+    node = os.environ.get("SLURMD_NODENAME")
     lost_dir = os.environ.get("BENCH_GPU_LOST_DIR")
     if node and lost_dir and os.path.exists(os.path.join(lost_dir, node)):
         return f"{node}: GPU 0 has fallen off the bus"
-    if not root or not node:
-        return None
-    try:
-        with open(os.path.join(root, "nodes", node, "scenario.toml"), "rb") as fh:
-            data = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    lost = [i for i, g in (data.get("gpus") or {}).items()
-            if isinstance(g, dict) and g.get("lost")]
-    return f"{node}: GPU {','.join(lost)} has fallen off the bus" if lost else None
+    return simulated_gpu_lost()
 
 
 if __name__ == "__main__":

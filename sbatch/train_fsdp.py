@@ -47,6 +47,7 @@ from resilient_slurm.training.faults import (
     FaultInjector,
     FaultOptions,
     parse_targeted,
+    simulated_gpu_lost,
 )
 from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
@@ -217,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
+    lost = simulated_gpu_lost()
+    if lost:  # the sandbox's stand-in for CUDA init failing on a node whose GPU is gone
+        print(f"train_fsdp.py: CUDA init failed: {lost}", file=sys.stderr, flush=True)
+        return 1
     if args.inprocess:
         from resilient_slurm.sbatch.train_inprocess import run_inprocess
 

@@ -11,7 +11,10 @@ the step, the marker exists and the fault is skipped.
 
 Types: ``exception`` (raises :class:`InjectedFault`), ``hang`` (sleeps forever: heartbeats stop),
 ``sigkill`` (the process kills itself with SIGKILL), ``node`` (installs the ``xid79`` scenario in
-the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL).
+the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL). A
+node fault lasts: :func:`simulated_gpu_lost` is the sandbox's stand-in for CUDA init failing on a
+node whose GPU fell off the bus, and the training calls it before it starts, so a restart on
+that node fails at once, as it would on a cluster, until the node is repaired.
 
 Targeted faults (``--fault TYPE@STEP[@WHERE]``, for tests and demos that need a fault on a given
 node): ``WHERE`` is a node name (fires on that node's local rank 0) or ``rankN`` (default
@@ -205,6 +208,27 @@ def node_dir_from_env(env: Mapping[str, str] | None = None) -> str:
                                "(run inside the sandbox cluster), or drop 'node' from "
                                "--fault-types")
     return os.path.join(root, "nodes", node)
+
+
+def simulated_gpu_lost(env: Mapping[str, str] | None = None) -> str | None:
+    """Why this node's simulated GPU is unusable (its sandbox scenario marks a GPU ``lost``),
+    or None: off the sandbox, or when the scenario cannot be read (the job user cannot read a
+    root-only one; the hardware is then taken as working, the health checks still see it)."""
+    import tomllib
+
+    env = os.environ if env is None else env
+    root, node = env.get("RESILIENT_SANDBOX_DIR"), env.get("SLURMD_NODENAME")
+    if not root or not node:
+        return None
+    try:
+        with open(os.path.join(root, "nodes", node, "scenario.toml"), "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    gpus = data.get("gpus")
+    lost = [i for i, g in (gpus.items() if isinstance(gpus, dict) else ())
+            if isinstance(g, dict) and g.get("lost")]
+    return f"{node}: GPU {','.join(lost)} has fallen off the bus" if lost else None
 
 
 def _install_node_scenario(node_dir: str) -> None:
