@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 PALETTE = {"srun-torchrun": "grey", "resilient-launch (no faults)": "tab:olive",
-           "baseline": "tab:red", "ft_launcher": "tab:orange", "resilient-launch": "tab:green"}
+           "baseline": "tab:red", "ft_launcher": "tab:orange", "resilient-launch": "tab:green",
+           "resilient-launch --inprocess": "tab:purple"}
 MARKS = {"exception": "x", "sigkill": "v", "hang": "s", "node": "*"}
 
 

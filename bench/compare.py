@@ -10,13 +10,19 @@ Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
   (30 min) is derived beside it (each hang waits the difference longer);
 * ``ft_launcher``: ``srun ft_launcher`` inside the same requeue-on-failure batch script
   (``bench/jobs/ft-launcher.sbatch``);
-* ``resilient-launch``: ``sbatch/fsdp.sbatch``.
+* ``resilient-launch``: ``sbatch/fsdp.sbatch``;
+* ``resilient-launch --inprocess``: the same with the three recovery levels
+  (``docs/inprocess.md``): ``train_fsdp.py --inprocess`` and ``--min-nodes 2`` (level 0 may
+  shrink 3 ranks to 2 from the peer copy). Its soft timeout (a hang's detection) is the
+  heartbeat timeout the others get, so no mechanism finds a hang sooner by configuration; its
+  hard timeout is 10 s more, and level 1's heartbeat timeout ``INPROCESS_HB_MARGIN_S`` above
+  that, as ``launcher/inprocess_plan.py`` requires.
 
 Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STEP@rankN``); the
 node fault is made by the harness as a GPU falling off the bus would be: the node's simulated
 hardware turns bad (``xid79``, seen only by the root HealthCheckProgram) and the rank on it
 dies, and a worker started there again fails at start (``bench/gated_train.py``). Nobody
-announces it: each mechanism finds it by its own means. All five jobs run at the same time on
+announces it: each mechanism finds it by its own means. All six jobs run at the same time on
 disjoint nodes of one sandbox (one thread per rank), so the machine's load drifts alike for all
 of them; the price is CPU contention: while one job waits (a requeue's ``cred_expire``) the
 others get more of the 2 cores, and step times are longer than with one job alone.
@@ -35,8 +41,11 @@ import harness
 from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
 
 TORCH_DEFAULT_PG_TIMEOUT_S = 1800  # torch.distributed default_pg_timeout (30 min)
+INPROCESS = "resilient-launch --inprocess"
 MECHS = ("srun-torchrun", "resilient-launch (no faults)", "baseline", "ft_launcher",
-         "resilient-launch")
+         "resilient-launch", INPROCESS)
+INPROCESS_HARD_EXTRA_S = 10.0  # level 0's hard timeout = soft timeout (= heartbeat) + this
+INPROCESS_HB_MARGIN_S = 15.0  # level 1's heartbeat timeout = hard timeout + this
 FAULT_FREE = MECHS[:2]
 
 
@@ -74,10 +83,14 @@ def workload(density: str) -> Workload:
     return DENSITIES[density].workload
 
 
-def train_args(wl: Workload, ckpt: str, faults: bool) -> list[str]:
+def train_args(wl: Workload, ckpt: str, faults: bool, mech: str = "", hb: float = 20.0
+               ) -> list[str]:
     """The training's arguments: the scheduled faults as targeted ones, the node fault left
     to the harness."""
     args = wl.train_args(ckpt, faults=False)
+    if mech == INPROCESS:
+        args += ["--inprocess", "--soft-timeout", f"{hb:g}",
+                 "--hard-timeout", f"{hb + INPROCESS_HARD_EXTRA_S:g}"]
     if faults:
         for f in wl.schedule():
             if f.type != "node":
@@ -88,6 +101,11 @@ def train_args(wl: Workload, ckpt: str, faults: bool) -> list[str]:
 def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, str], str]:
     """Batch script, its environment and the events file to read for one mechanism."""
     env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
+    if mech == INPROCESS:
+        env.update(harness.resilient_env(hb + INPROCESS_HARD_EXTRA_S + INPROCESS_HB_MARGIN_S,
+                                         min_nodes=2))
+        env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
+        return harness.FSDP_SBATCH, env, ""
     if mech.startswith("resilient-launch"):
         env.update(harness.resilient_env(hb))
         return harness.FSDP_SBATCH, env, ""  # events: <ckpt>/.resilient/events.jsonl
@@ -188,8 +206,8 @@ def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lo
         env["RESILIENT_LAUNCH_ARGS"] += f" --verdict-path {verdicts}"
     env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
     t = time.time()
-    jid = c.submit_as_user(script, train_args(wl, ckpt, faults), os.path.join(d, "slurm-%j.out"),
-                           env, nodes=wl.nodes)
+    jid = c.submit_as_user(script, train_args(wl, ckpt, faults, mech, hb),
+                           os.path.join(d, "slurm-%j.out"), env, nodes=wl.nodes)
     job = Job(mech, jid, events, d, t, bound)
     node = [f for f in wl.schedule() if f.type == "node"] if faults else []
     if node:
@@ -257,14 +275,15 @@ def timeline(events: str, submitted: float, extra: list[dict[str, Any]]
     return {"steps": [[round(t, 1), s] for t, s in keep], "faults": [list(f) for f in faults]}
 
 
-def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 18
+def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 21
         ) -> dict[str, Any]:
-    """All five mechanisms at the same time, on disjoint nodes of one sandbox."""
+    """All six mechanisms at the same time, on disjoint nodes of one sandbox (18 nodes for
+    the jobs, 3 spares for requeues)."""
     wl = workload(density)
     prod = profile == "production"
     bounds = {"srun-torchrun": 1500, "resilient-launch (no faults)": 1500,
               "baseline": 2400 if prod else 1200, "ft_launcher": 1800 if prod else 900,
-              "resilient-launch": 1500 if prod else 720}
+              "resilient-launch": 1500 if prod else 720, INPROCESS: 1500 if prod else 720}
     res: dict[str, Any] = {
         "section": f"compare-{profile}-{density}", "profile": profile, "density": density,
         "workload": asdict(wl), "schedule": harness.describe_schedule(wl.schedule()),
@@ -272,7 +291,11 @@ def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 18
         "settings": {"heartbeat_timeout_s": hb, "baseline_pg_timeout_s": hb,
                      "torch_default_pg_timeout_s": TORCH_DEFAULT_PG_TIMEOUT_S,
                      "sandbox_nodes": nodes, "job_user": True, "bound_s": bounds,
-                     "order": "all 5 jobs at the same time on disjoint nodes, 1 thread per "
+                     "inprocess": {"soft_timeout_s": hb,
+                                   "hard_timeout_s": hb + INPROCESS_HARD_EXTRA_S,
+                                   "heartbeat_timeout_s": hb + INPROCESS_HARD_EXTRA_S
+                                   + INPROCESS_HB_MARGIN_S, "min_nodes": 2},
+                     "order": "all 6 jobs at the same time on disjoint nodes, 1 thread per "
                               "rank"},
         "load_avg_at_start": [round(x, 1) for x in os.getloadavg()],
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": []}
