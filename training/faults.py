@@ -121,10 +121,14 @@ class Targeted:
         where = self.node if self.node is not None else f"rank{self.rank}"
         return f"targeted_{self.index:03d}-{self.step}-{self.type}-{where}.fired"
 
-    def applies(self, rank: int, local_rank: int, node: str | None) -> bool:
+    def applies(self, rank: int, local_rank: int, node: str | None,
+                live_world: int | None = None) -> bool:
+        """Whether it fires in this process; a ``rankN`` fault of a job that shrank to
+        ``live_world`` ranks fires on rank ``N % live_world`` (as scheduled faults do)."""
         if self.node is not None:
             return self.node == node and (local_rank == 0 or self.type == "slow")
-        return self.rank == rank
+        assert self.rank is not None
+        return (self.rank if live_world is None else self.rank % live_world) == rank
 
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -258,10 +262,8 @@ class FaultInjector:
             self.node_dir = node_dir_from_env(self.env)  # loud, at schedule time
         self.options, self.steps = options, steps
         self.mine = {f.step: f for f in self.schedule if f.rank == rank}
-        node = self.env.get("SLURMD_NODENAME")
-        mine = [t for t in targeted if t.applies(rank, local_rank, node)]
-        self.targeted = {t.step: t for t in mine if t.type != "slow"}
-        self.slow = sorted((t for t in mine if t.type == "slow"), key=lambda t: t.step)
+        self._all_targeted, self._local_rank = list(targeted), local_rank
+        self._pick_targeted(None)
         self._slow_seen: set[int] = set()
         events_file = events_file if events_file is not None else self.env.get(
             "RESILIENT_EVENTS_FILE")
@@ -276,11 +278,20 @@ class FaultInjector:
     def set_world(self, schedule_world: int, live_world: int) -> None:
         """Draw the schedule over ``schedule_world`` ranks, a size fixed for the job's life
         (an elastic job's virtual shards), and fire a fault of rank ``r`` on rank
-        ``r % live_world``: a job that shrank meets the same faults as one that did not."""
+        ``r % live_world``: a job that shrank meets the same faults as one that did not (a
+        targeted ``rankN`` fault too)."""
         o = self.options
         self.schedule = compute_schedule(o.count, o.seed, o.types, self.steps, schedule_world,
                                          o.weights)
         self.mine = {f.step: f for f in self.schedule if f.rank % live_world == self.rank}
+        self._pick_targeted(live_world)
+
+    def _pick_targeted(self, live_world: int | None) -> None:
+        node = self.env.get("SLURMD_NODENAME")
+        mine = [t for t in self._all_targeted
+                if t.applies(self.rank, self._local_rank, node, live_world)]
+        self.targeted = {t.step: t for t in mine if t.type != "slow"}
+        self.slow = sorted((t for t in mine if t.type == "slow"), key=lambda t: t.step)
 
     def fired(self) -> list[Fault]:
         return [f for f in self.schedule if os.path.exists(

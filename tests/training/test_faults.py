@@ -228,6 +228,24 @@ def test_schedule_over_a_fixed_world_survives_a_shrink(tmp_path) -> None:
     assert sorted(fired, key=lambda f: f.index) == three
 
 
+def test_targeted_rank_faults_survive_a_shrink(tmp_path) -> None:
+    """``--fault sigkill@29@rank2`` in a job that shrank from 3 ranks to 2 fires on rank 0
+    (2 % 2), once, as a scheduled fault of rank 2 would: an elastic mechanism meets the
+    faults of the benchmark's schedule, not fewer."""
+    targeted = parse_targeted(["sigkill@29@rank2", "exception@36@rank1", "hang@22@rank0"])
+    fired: list[Fault] = []
+    opts = FaultOptions(count=0, seed=0, types=FAULT_TYPES)
+    for rank in (0, 1):
+        inj = FaultInjector(opts, steps=100, rank=rank, world_size=2, state_dir=str(tmp_path),
+                            env={}, actions={t: fired.append for t in FAULT_TYPES},
+                            targeted=targeted)
+        inj.set_world(3, 2)
+        for step in range(100):
+            inj.maybe_fire(step)
+    assert sorted((f.step, f.rank, f.type) for f in fired) == [
+        (22, 0, "hang"), (29, 0, "sigkill"), (36, 1, "exception")]
+
+
 def test_parse_slow_fault_with_and_without_factor() -> None:
     got = parse_targeted(["slow@10@node2:1.5", "slow@3@node4", "slow@7@rank1:3"])
     assert got == [Targeted(0, 10, "slow", node="node2", factor=1.5),
