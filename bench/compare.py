@@ -119,9 +119,15 @@ def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, s
     return JOBS / "ft-launcher.sbatch", env, events
 
 
+AGENTS = (b"torchrun", b"ft_launcher", b"torch.distributed.run")
+
+
 def worker_pids(jid: int, node: str, script: str = "gated_train.py") -> list[int]:
-    """The training workers of job ``jid`` on ``node`` (not torchrun / ft_launcher): processes
-    whose Python runs ``script`` as its script."""
+    """The training workers of job ``jid`` on ``node``: processes whose Python runs ``script``
+    and whose parent is the elastic agent (torchrun / ft_launcher). A GPU that falls off the
+    bus kills the process that uses it, not the processes it forked that never touch the GPU
+    (NVRx's in-process monitor, a daemon forked from the worker, keeps running to report the
+    death, as it would on a cluster)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -131,9 +137,12 @@ def worker_pids(jid: int, node: str, script: str = "gated_train.py") -> list[int
             if not any(a.endswith(script.encode()) for a in argv[1:3]):
                 continue
             env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
-        except OSError:
+            ppid = Path(f"/proc/{d}/stat").read_bytes().rsplit(b")", 1)[1].split()[1]
+            parent = Path(f"/proc/{int(ppid)}/cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
             continue
-        if f"SLURM_JOB_ID={jid}".encode() in env and f"SLURMD_NODENAME={node}".encode() in env:
+        if f"SLURM_JOB_ID={jid}".encode() in env and f"SLURMD_NODENAME={node}".encode() in env \
+                and any(a in parent for a in AGENTS):
             out.append(int(d))
     return out
 

@@ -57,6 +57,7 @@ def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
     """Copy ``stream`` to our stderr; emit an event for each line ``observe`` recognises
     (hang reports, failed workers, restarts, rendezvous rounds, first heartbeats)."""
     out = sys.stderr.buffer
+    reported: list[tuple[str, dict[str, object]]] = []
     for raw in iter(stream.readline, b""):  # never stop draining: a full pipe blocks training
         try:
             out.write(raw)
@@ -64,6 +65,13 @@ def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
         except OSError:
             pass
         seen = observe.parse_line(raw.decode("utf-8", "replace"))
+        if seen is not None and seen[0] == "worker_failed":
+            if seen in reported:
+                # ft_launcher's min-healthy policy repeats "failed (exitcode C) ... (pid: P)"
+                # every monitor interval (0.1 s) for a worker it keeps dead: one death, one
+                # event (a pid dies once), not ten a second for the rest of the step.
+                continue
+            reported.append(seen)
         if seen is not None:
             try:
                 events.emit(seen[0], **seen[1])
