@@ -30,12 +30,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventLog, read_events
 from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import (
     blame,
     evidence,
     ledger,
+    level0,
     observe,
     plan,
     policy,
@@ -109,6 +110,9 @@ class Supervisor:
         self.kill_wait = 30.0
         self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
         self.said_no_signal = False
+        # --inprocess (ft_launcher's --nnodes MIN:N set by inprocess_plan): level 0 may leave
+        # a bad node out itself; the heartbeat timeout is how long level 2 waits for it.
+        self.level0 = level0.Level0Grace(opts.heartbeat_timeout) if opts.min_nnodes else None
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -230,6 +234,8 @@ class Supervisor:
                       rdzv_id=cycle.rdzv_id, committed_step=self._progress_step(),
                       argv=list(cycle.argv))
         self.proc = subprocess.Popen(list(cycle.argv), env=self.env)  # noqa: S603 - argv list
+        if self.level0 is not None:
+            self.level0.new_cycle()
         stopped = self._watch(nodes, started, cycle.record_dir, mon)
         rc = self.proc.wait()
         self.proc = None
@@ -272,7 +278,7 @@ class Supervisor:
     def _node_fault(self, nodes: list[str], since: float) -> str:
         evs = [blame.NodeEvidence(node=n, slurm_state=s, drain_reason=r if "DRAIN" in s else "")
                for n, (s, r) in evidence.node_states(self.slurm, nodes).items()]
-        bad = sorted(e.node for e in evs if blame.strong_reasons(e))
+        bad = self._past_level0(sorted(e.node for e in evs if blame.strong_reasons(e)), since)
         if bad:
             return "node fault (slurm state or health hook drain): " + ",".join(bad)
         failed = []
@@ -280,7 +286,21 @@ class Supervisor:
             v = published.read(published.path_for(self.cfg.verdict_path, n))
             if v is not None and v.status == blame.FAIL and v.ts >= since:
                 failed.append(n)
+        failed = self._past_level0(failed, since)
         return "health verdict fail: " + ",".join(failed) if failed else ""
+
+    def _past_level0(self, bad: list[str], since: float) -> list[str]:
+        """The bad nodes that stop the step: all of them, except under ``--inprocess`` those
+        level 0 left out (recorded once, ``left_out``) or still has time to (launcher/level0)."""
+        if self.level0 is None or not bad:
+            return bad
+        left = level0.left_out_nodes(read_events(self.events_path), since)
+        stop, newly = self.level0.split(bad, left, time.monotonic())
+        for node in newly:
+            self.log.emit("left_out", node=node, by="level 0 (in-process restart)",
+                          reason="bad node whose ranks the training already left out; the "
+                                 "step goes on without it")
+        return stop
 
     def _stop_step(self, record_dir: str) -> None:
         """SIGTERM to the step's tasks; SIGKILL once ``--term-timeout`` (+ a margin) passed."""

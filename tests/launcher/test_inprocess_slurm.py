@@ -50,3 +50,27 @@ def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # typ
     assert len(level1) == 1 and level1[0]["source_state"] == "disk", resumes
     assert handled(state) == [("sigkill", "in-process restart (level 0, ranks 1 left out)"),
                               ("sigkill", "in-job restart (ft_launcher)")]
+
+
+def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+    """A node fault (node3's simulated GPU is lost and its rank dies; its NVRx monitor lives
+    on) under --inprocess: level 0 leaves node3 out from memory, and when the health program
+    drains node3 the launcher records it (``left_out``) instead of stopping the step for a
+    relaunch from disk. One cycle, no requeue, the fault-free digest."""
+    steps = 60
+    jid, _, state = submit(
+        slurm, clean, tmp_path, 3,
+        ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
+         "--initial-heartbeat-timeout=180"],
+        ["--inprocess", "--fault=node@4@node3"], ("--nodelist=node[1-3]",), steps=steps)
+    digest = fault_free(3, steps, tmp_path)
+    job = wait_job(slurm, jid, timeout=600)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log
+    assert job.restart_count == 0
+    assert digest in log
+    assert len(kinds(state, "cycle_start")) == 1, kinds(state, "stop_cycle")
+    level0 = [e for e in kinds(state, "resume") if e.get("level") == "inprocess"]
+    assert [e["lost_nodes"] for e in level0] == [["node3"]], level0
+    assert [e["node"] for e in kinds(state, "left_out")] == ["node3"]
+    assert handled(state) == [("node", "in-process restart (level 0, ranks 2 left out)")]
