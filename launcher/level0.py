@@ -11,6 +11,8 @@ would throw that recovery away for a relaunch that costs tens of seconds. So, un
   of this cycle name it in ``lost_nodes``) does not stop the step: the launcher records it
   (``left_out``) and the step goes on without it; it is blamed and excluded as usual when the
   cycle ends for any other reason;
+* a bad node that level 0 had left out and that a level 1 restart (ft_launcher starts fresh
+  workers on every node of the step) brought back stops the step at once;
 * a bad node level 0 has not left out stops the step once ``grace_s`` has passed since it was
   first seen bad (the heartbeat timeout: by then level 1 would act anyway), so a fault that
   level 0 cannot see (a node whose ranks live on but cannot make progress) still ends in level
@@ -26,11 +28,18 @@ from typing import Any
 
 
 def left_out_nodes(events: Iterable[dict[str, Any]], since: float) -> set[str]:
-    """Nodes the training's level 0 left out since ``since`` (this cycle's start)."""
+    """Nodes the training's level 0 has left out now: ``lost_nodes`` of its in-process
+    resumes since ``since`` (this cycle's start) and since ft_launcher's latest rendezvous
+    round (a level 1 restart starts fresh processes on every node of the step, the left-out
+    ones included, so level 0's record starts over)."""
     out: set[str] = set()
-    for e in events:
-        if e.get("kind") == "resume" and e.get("source") == "training" \
-                and e.get("level") == "inprocess" and float(e.get("ts", 0)) >= since:
+    for e in sorted(events, key=lambda x: float(x.get("ts", 0))):
+        if float(e.get("ts", 0)) < since:
+            continue
+        if e.get("kind") == "rendezvous":
+            out.clear()
+        elif e.get("kind") == "resume" and e.get("source") == "training" \
+                and e.get("level") == "inprocess":
             out.update(str(n) for n in e.get("lost_nodes") or [] if n)
     return out
 
@@ -52,6 +61,9 @@ class Level0Grace:
         """``(stop for these, newly left out)`` for the bad nodes seen at ``now``."""
         stop, newly = [], []
         for node in sorted(bad):
+            if node in self.left_out and node not in left:  # back in the step (level 1)
+                stop.append(node)
+                continue
             if node in left:
                 if node not in self.left_out:
                     self.left_out.add(node)

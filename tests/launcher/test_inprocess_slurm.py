@@ -56,21 +56,31 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
     """A node fault (node3's simulated GPU is lost and its rank dies; its NVRx monitor lives
     on) under --inprocess: level 0 leaves node3 out from memory, and when the health program
     drains node3 the launcher records it (``left_out``) instead of stopping the step for a
-    relaunch from disk. One cycle, no requeue, the fault-free digest."""
+    relaunch from disk. A later SIGKILL leaves 1 rank, below --min-nodes: ft_launcher (level
+    1) restarts every node's worker, node3's included, so node3 is back in the step: the
+    launcher stops the step at once, blames node3 and goes on without it (no endless level-1
+    rounds on a node whose GPU is gone). No requeue, the fault-free digest."""
     steps = 60
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
          "--initial-heartbeat-timeout=180"],
-        ["--inprocess", "--fault=node@4@node3"], ("--nodelist=node[1-3]",), steps=steps)
+        ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@30@rank0"],
+        ("--nodelist=node[1-3]",), steps=steps)
     digest = fault_free(3, steps, tmp_path)
     job = wait_job(slurm, jid, timeout=600)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
     assert job.restart_count == 0
     assert digest in log
-    assert len(kinds(state, "cycle_start")) == 1, kinds(state, "stop_cycle")
     level0 = [e for e in kinds(state, "resume") if e.get("level") == "inprocess"]
-    assert [e["lost_nodes"] for e in level0] == [["node3"]], level0
+    assert level0 and level0[0]["lost_nodes"] == ["node3"], level0
     assert [e["node"] for e in kinds(state, "left_out")] == ["node3"]
-    assert handled(state) == [("node", "in-process restart (level 0, ranks 2 left out)")]
+    (kill,) = [e for e in kinds(state, "fault") if e.get("type") == "sigkill"]
+    stops = kinds(state, "stop_cycle")
+    assert [s["ts"] > kill["ts"] and "node3" in s["reason"] for s in stops if "reason" in s] \
+        == [True], stops  # the drain alone never stopped the step; node3's return did
+    assert [(e["node"], e["mode"]) for e in kinds(state, "exclude")] == [("node3", "elastic")]
+    assert kinds(state, "cycle_start")[-1]["nodes"] == ["node1", "node2"]
+    lost = ",".join(str(r) for r in level0[0]["lost_ranks"])  # node3's rank (rendezvous order)
+    assert handled(state)[0] == ("node", f"in-process restart (level 0, ranks {lost} left out)")

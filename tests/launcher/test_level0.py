@@ -18,6 +18,21 @@ def test_left_out_nodes_are_level_0_resumes_of_this_cycle() -> None:
     assert left_out_nodes(events, since=10.0) == {"node3", "node4"}
 
 
+def test_a_level_1_restart_starts_level_0_record_over() -> None:
+    """ft_launcher's rendezvous round after the shrink brings every node back: node3 is no
+    longer left out until level 0 leaves it out again."""
+    events = [{"kind": "rendezvous", "ts": 11.0, "node": "node1"}, _resume(12.0, ["node3"]),
+              {"kind": "rendezvous", "ts": 20.0, "node": "node3"}]
+    assert left_out_nodes(events, since=10.0) == set()
+    assert left_out_nodes([*events, _resume(25.0, ["node3"])], since=10.0) == {"node3"}
+
+
+def test_a_left_out_node_back_in_the_step_stops_it_at_once() -> None:
+    g = Level0Grace(grace_s=30)
+    assert g.split(["node3"], {"node3"}, now=100) == ([], ["node3"])
+    assert g.split(["node3"], set(), now=101) == (["node3"], [])  # no grace: known bad
+
+
 def test_a_left_out_node_never_stops_the_step_and_is_recorded_once() -> None:
     g = Level0Grace(grace_s=30)
     assert g.split(["node3"], {"node3"}, now=100) == ([], ["node3"])
