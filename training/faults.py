@@ -214,7 +214,7 @@ def simulated_gpu_lost(env: Mapping[str, str] | None = None) -> str | None:
     """Why this node's simulated GPU is unusable (its sandbox scenario marks a GPU ``lost``),
     or None: off the sandbox, or when the scenario cannot be read (the job user cannot read a
     root-only one; the hardware is then taken as working, the health checks still see it)."""
-    import tomllib
+    from resilient_slurm.config import tomllib
 
     env = os.environ if env is None else env
     root, node = env.get("RESILIENT_SANDBOX_DIR"), env.get("SLURMD_NODENAME")
