@@ -16,7 +16,7 @@ import click
 
 from resilient_slurm.config import ConfigError, load_config
 
-from .model import Report
+from .model import STATUSES, Report
 
 
 def process_started() -> float:
@@ -33,7 +33,7 @@ def process_started() -> float:
     return now - max(0.0, min(age, 60.0))
 
 
-_MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL", "unknown": "UNKNOWN"}
+_MARK = {status: status.upper() for status in STATUSES}
 
 
 def _config_error(exc: ConfigError) -> None:

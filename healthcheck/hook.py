@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
+from resilient_slurm.events import EventKind
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
@@ -41,7 +42,7 @@ def health_main(argv: Sequence[str] | None = None) -> int:
         signal.alarm(int(hook_settings.health_budget_s + 2 * hook_settings.slurm_timeout_s
                          + hook_settings.lock_timeout_s) + 1)
         if job_starting(config):
-            events.emit("health_yielded", cause="a job is starting on this node (prolog)")
+            events.emit(EventKind.HEALTH_YIELDED, cause="a job is starting on this node (prolog)")
             return 0
         try:
             with fsutil.locked(runner.state_path(config, "health.lock"), timeout=0):
@@ -50,7 +51,7 @@ def health_main(argv: Sequence[str] | None = None) -> int:
                 return runner.act(config, ctx, report, events, may_resume=True,
                                   source="health")
         except TimeoutError:
-            events.emit("health_skipped", cause="another health run is still in progress")
+            events.emit(EventKind.HEALTH_SKIPPED, cause="another health run is still in progress")
             return 0
 
     return guarded("health", argv, health_main.__doc__ or "", body)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
+from resilient_slurm.events import EventKind
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
@@ -85,7 +86,7 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
     try:
         status = int(body(config, ctx, events))
     except ConfigError as exc:  # e.g. a scenario or profile named by the config is bad
-        events.emit("hook_error", cause=str(exc))
+        events.emit(EventKind.HOOK_ERROR, cause=str(exc))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if _ABANDONED:
