@@ -19,6 +19,7 @@ from resilient_slurm.events import EventKind
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 
 JOB_START_LOCK = "job-start.lock"
 
@@ -38,7 +39,7 @@ def health_main(argv: Sequence[str] | None = None) -> int:
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
         hook_settings = runner.hooks_cfg(config)
         # Last resort: Slurm kills us at 60 s; never get there, whatever hangs.
-        signal.signal(signal.SIGALRM, lambda *_: os._exit(runner.EXIT_HOOK_ERROR))
+        signal.signal(signal.SIGALRM, lambda *_: os._exit(EXIT_HOOK_ERROR))
         signal.alarm(int(hook_settings.health_budget_s + 2 * hook_settings.slurm_timeout_s
                          + hook_settings.lock_timeout_s) + 1)
         if job_starting(config):

@@ -8,9 +8,9 @@ They take only ``--config PATH`` and ``--node NAME`` (tests, manual runs); every
 from the config file (default ``/etc/resilient-slurm/config.toml``). Root hooks take **no**
 configuration from the environment (no ``RESILIENT_SLURM_*`` variable, not even the config
 path): the file must be owned by root (or the running user) and not writable by group or
-others, checked on every run. Exit status: 0 healthy, 1 unhealthy, 3 unknown, 2 config or
-usage error, 4 the hook could not run (its state directory refused); a non-zero prolog/epilog
-status also makes Slurm drain the node (we drain first, with our own reason).
+others, checked on every run. Exit statuses: ``hooks/exits.py`` (``HOOK_EXITS``, rendered into
+``--help``); a non-zero prolog/epilog status also makes Slurm drain the node (we drain first,
+with our own reason).
 """
 
 from __future__ import annotations
@@ -27,17 +27,18 @@ from resilient_slurm.events import EventKind
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR, EXIT_USAGE, HOOK_EXITS, render
 
 if TYPE_CHECKING:  # the health engine is imported only when a hook runs checks
     from resilient_slurm.healthcheck.model import Report
 
-EXIT_USAGE = 2
 # What a hook does once its context is read: returns the hook's exit status.
 HookBody = Callable[[Config, HookContext, runner.SafeEvents], int]
 
 
 def _parse(prog: str, argv: Sequence[str] | None, about: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description=about)
+    parser = argparse.ArgumentParser(prog=prog, description=about, epilog=render(HOOK_EXITS),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"config file (default: {DEFAULT_PATH})")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME)")
     return parser.parse_args(argv)
@@ -81,7 +82,7 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
         return EXIT_USAGE
     except OSError as exc:
         print(f"resilient-{source}: state directory: {exc}", file=sys.stderr)
-        return runner.EXIT_HOOK_ERROR
+        return EXIT_HOOK_ERROR
     events = runner.event_log(config, source, ctx)
     try:
         status = int(body(config, ctx, events))

@@ -10,8 +10,7 @@ then about this node only. A healthy run makes no Slurm call at all, so a stalle
 cannot fail it. Non-essential I/O (events, metrics, verdict file, a corrupt state file) is
 reported on stderr and never changes the verdict or the exit status.
 
-Exit status: 0 healthy, 1 unhealthy (the node was drained, or could not be), 3 unknown result
-(treated as unhealthy).
+Exit status (``act``): ``hooks/exits.py``'s ``HOOK_EXITS``.
 """
 
 from __future__ import annotations
@@ -31,9 +30,9 @@ from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
+from resilient_slurm.hooks.exits import EXIT_HEALTHY
 from resilient_slurm.slurm import SlurmError, connect
 
-EXIT_HOOK_ERROR = 4
 ACTION_EVENTS = {nodestate.DRAIN: EventKind.DRAIN, nodestate.REBOOT: EventKind.REBOOT,
                  nodestate.RESUME: EventKind.RESUME}  # the event each node action emits
 
@@ -193,7 +192,7 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
     hook_settings = hooks_cfg(config)
     state = load_state(config, source)
     healthy = report.status not in (FAIL, UNKNOWN)
-    status = 0 if healthy else report.exit_code
+    status = EXIT_HEALTHY if healthy else report.exit_code
     before = dict(state)
     if may_resume:
         state["healthy_streak"] = _int(state.get("healthy_streak")) + 1 if healthy else 0

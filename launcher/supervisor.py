@@ -58,8 +58,8 @@ EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
      "--no-progress-limit cycles/requeues (a deterministic crash); not requeued.\n"
      "Never issued without a progress signal (the log says so)"),
     (EXIT_BUDGET, "budget exhausted: a requeue was needed but --max-requeues is spent or it "
-     "failed\n(requeue-unconfirmed: the controller did not answer in time; it may still take "
-     "it)"),
+     "failed\n(requeue-unconfirmed: the controller did not answer within KillWait; it may "
+     "still\ntake it, then the job restarts)"),
     (EXIT_REQUEUED, "requeued: Slurm restarts this batch script, blamed nodes excluded"),
     (EXIT_TERMINATED, "terminated by SIGTERM (scancel, preemption): training saved, left to "
      "Slurm;\nSIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue"),
