@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.events import EventKind, read_events
+from resilient_slurm.launcher import report
 from resilient_slurm.training.faults import Fault, compute_schedule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -328,26 +329,12 @@ def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out:
         if e.get("kind") != EventKind.FAULT or e.get("source") != "training":
             continue
         fired.append(_key(e.get("step"), e.get("rank"), e.get("type")))
-        before = [x for x in events[:i] if x.get("kind") == EventKind.RESUME and x.get("source") ==
-                  "training"]
         high = max([int(x["step"]) for x in events[:i] if x.get("kind") == EventKind.PROGRESS],
                    default=0)
-        nxt = next((x for x in events[i + 1:] if x.get("kind") == EventKind.RESUME
-                    and x.get("source") == "training"), None)
-        how = "not recovered"
-        if nxt is not None:
-            prev_rq = (before[-1].get("requeue") or "0") if before else "0"
-            if str(nxt.get("requeue") or "0") != str(prev_rq):
-                how = "requeue"
-            else:
-                how = "in-job restart"
-            mid = events[i + 1:events.index(nxt)]
-            excl = [x.get("node") for x in mid if x.get("kind") == EventKind.EXCLUDE]
-            rq = [x for x in mid if x.get("kind") == EventKind.REQUEUE]
-            if rq and rq[0].get("excluded"):
-                how = "requeue excluding " + ",".join(rq[0]["excluded"])
-            elif excl:
-                how = "elastic relaunch without " + ",".join(str(n) for n in excl)
+        how, j, _, _ = report.handler(events, i)  # the report's classification
+        nxt = events[j] if j is not None else None
+        # The bench's coarser wording: "in-job restart (ft_launcher)" -> "in-job restart".
+        how = how.split(" (")[0] if nxt is not None else "not recovered"
         faults.append({
             "step": e.get("step"), "rank": e.get("rank"), "type": e.get("type"),
             "node": e.get("node"), "handled_by": how,

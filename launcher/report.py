@@ -78,14 +78,22 @@ def _training_resume(e: dict[str, Any]) -> bool:
     return e.get("kind") == EventKind.RESUME and e.get("source") == "training"
 
 
-def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
-             ) -> tuple[str, int | None, int | None, int | None]:
-    """What handled the fault at ``events[i]``; the indexes of the recovery (the next training
-    ``resume``, or for an observed fault the first heartbeat after its restart), of the first
-    missing-heartbeat report and of the restart's rendezvous. A hang report or a restart
-    counts only inside the fault's own cycle; exclusions, requeues and verdicts that end the
-    cycle are its handling, and recovery may come in a later cycle."""
-    how, found, rdzv = "in-job restart (ft_launcher)", None, None
+IN_JOB = "in-job restart (ft_launcher)"
+
+
+def handler(events: list[dict[str, Any]], i: int, observed: bool = False
+            ) -> tuple[str, int | None, int | None, int | None]:
+    """What handled the fault at ``events[i]`` (``events`` in time order); the indexes of the
+    recovery (the next training ``resume``, or for an observed fault the first heartbeat after
+    its restart), of the first missing-heartbeat report and of the restart's rendezvous. A hang
+    report or a restart counts only inside the fault's own cycle; exclusions, requeues and
+    verdicts that end the cycle are its handling, and recovery may come in a later cycle. A
+    training that resumes under another requeue count (``SLURM_RESTART_COUNT``) than before
+    the fault was requeued, whoever requeued it (Slurm's ``--requeue`` too, without the
+    launcher). The one classification: the report's rows and the bench's (bench/harness.py)."""
+    how, found, rdzv = IN_JOB, None, None
+    before = next((x for x in reversed(events[:i]) if _training_resume(x)), None)
+    requeue_count = str((before or {}).get("requeue") or "0")
     own = True
     for j in range(i + 1, len(events)):
         e = events[j]
@@ -107,6 +115,9 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
             return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found, rdzv
         elif _training_resume(e) or (observed and k == EventKind.FIRST_HEARTBEAT
                                      and (rdzv is not None or not own)):
+            if how.startswith("in-job restart") and _training_resume(e) \
+                    and str(e.get("requeue") or "0") != requeue_count:
+                how = "requeue"
             if e.get("level") == "inprocess":  # level 0: the same processes, from memory
                 lost = ",".join(str(r) for r in e.get("lost_ranks") or [])
                 how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
@@ -219,7 +230,7 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
             rep.verdict = str(e.get("verdict", ""))
         if _is_fault(e) or kind == OBSERVED_FAULT:
             observed = kind == OBSERVED_FAULT
-            how, j, found, rdzv = _handler(events, i, observed)
+            how, j, found, rdzv = handler(events, i, observed)
             rec = float(events[j]["ts"]) - ts if j is not None else None
             det = float(events[found]["ts"]) - ts if found is not None else None
             rdv = float(events[rdzv]["ts"]) - ts if rdzv is not None else None
