@@ -1,6 +1,6 @@
 """``resilient-health``: run the node health checks.
 
-Exit codes: ``hooks/exits.py`` (``CHECK_EXITS`` for ``check``, ``HOOK_EXITS`` for the bare
+Exit codes: ``healthcheck/exits.py`` (``CHECK_EXITS`` for ``check``, ``HOOK_EXITS`` for the bare
 HealthCheckProgram), rendered into ``--help``.
 """
 
@@ -14,8 +14,8 @@ import time
 import click
 
 from resilient_slurm.config import ConfigError, load_config
-from resilient_slurm.hooks.exits import CHECK_EXITS, EXIT_USAGE, HOOK_EXITS, render
 
+from .exits import CHECK_EXITS, EXIT_USAGE, HOOK_EXITS, render
 from .model import STATUSES, Report
 
 

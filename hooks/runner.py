@@ -10,7 +10,7 @@ then about this node only. A healthy run makes no Slurm call at all, so a stalle
 cannot fail it. Non-essential I/O (events, metrics, verdict file, a corrupt state file) is
 reported on stderr and never changes the verdict or the exit status.
 
-Exit status (``act``): ``hooks/exits.py``'s ``HOOK_EXITS``.
+Exit status (``act``): ``healthcheck/exits.py``'s ``HOOK_EXITS``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.healthcheck.exits import EXIT_HEALTHY
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
-from resilient_slurm.hooks.exits import EXIT_HEALTHY
 from resilient_slurm.slurm import SlurmError, connect
 
 ACTION_EVENTS = {nodestate.DRAIN: EventKind.DRAIN, nodestate.REBOOT: EventKind.REBOOT,

@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from resilient_slurm.healthcheck.model import FAIL, OK, UNKNOWN, WARN
+from resilient_slurm.status import FAIL, OK, UNKNOWN, WARN
 
 HOOK_PREFIX = "rhc:"
 BAD_STATES = frozenset({"DOWN", "NOT_RESPONDING", "FAIL"})

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.events import EventKind
-from resilient_slurm.hooks.exits import CHECK_EXITS, HOOK_EXITS, ExitTable, render
+from resilient_slurm.healthcheck.exits import CHECK_EXITS, HOOK_EXITS, ExitTable, render
 from resilient_slurm.launcher.supervisor import EXIT_MEANINGS
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())

@@ -4,7 +4,7 @@
 ``CHECK_EXITS``: ``resilient-health check``, which only reports. The statuses of a verdict
 come from :data:`resilient_slurm.healthcheck.model.EXIT_CODES`. Each command's ``--help`` is
 rendered from its table (:func:`render`), and tests/test_docs_tables.py checks the docs' tables
-(docs/hooks.md, docs/health.md, healthcheck/README.md, README.md) against them.
+(docs/hooks.md, healthcheck/README.md, README.md) against them.
 """
 
 from __future__ import annotations
