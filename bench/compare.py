@@ -40,6 +40,8 @@ from typing import Any
 import harness
 from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
 
+from resilient_slurm.events import EventKind
+
 TORCH_DEFAULT_PG_TIMEOUT_S = 1800  # torch.distributed default_pg_timeout (30 min)
 INPROCESS = "resilient-launch --inprocess"
 MECHS = ("srun-torchrun", "resilient-launch (no faults)", "baseline", "ft_launcher",
@@ -164,7 +166,7 @@ class NodeFault:
         if self.fired is not None or not os.path.exists(self.events):
             return
         high = max((int(e["step"]) for e in harness.read_events(self.events)
-                    if e.get("kind") == "progress" and isinstance(e.get("step"), int)),
+                    if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int)),
                    default=0)
         if high < self.step:
             return
@@ -181,8 +183,8 @@ class NodeFault:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.fired = {"ts": time.time(), "kind": "fault", "source": "training", "type": "node",
-                      "step": high, "node": node, "rank": None, "killed": len(pids)}
+        self.fired = {"ts": time.time(), "kind": EventKind.FAULT, "source": "training",
+                      "type": "node", "step": high, "node": node, "rank": None, "killed": len(pids)}
 
 
 @dataclass
@@ -277,10 +279,10 @@ def timeline(events: str, submitted: float, extra: list[dict[str, Any]]
     """Step over time since submission (at most ~600 points) and the faults, for the chart."""
     evs = [*harness.read_events(events), *extra] if os.path.exists(events) else extra
     prog = sorted((float(e["ts"]) - submitted, int(e["step"])) for e in evs
-                  if e.get("kind") == "progress" and isinstance(e.get("step"), int))
+                  if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int))
     keep = prog[::max(1, len(prog) // 600)]
     faults = sorted((round(float(e["ts"]) - submitted, 1), str(e.get("type"))) for e in evs
-                    if e.get("kind") == "fault" and e.get("source") == "training")
+                    if e.get("kind") == EventKind.FAULT and e.get("source") == "training")
     return {"steps": [[round(t, 1), s] for t, s in keep], "faults": [list(f) for f in faults]}
 
 

@@ -33,6 +33,8 @@ import harness
 from compare import NodeFault
 from harness import BIN, REPO
 
+from resilient_slurm.events import EventKind
+
 LIGHT = REPO / "bench" / "light_worker.py"
 QUERY_TYPES = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_UPDATE_NODE",
                "REQUEST_PARTITION_INFO", "REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE")
@@ -80,7 +82,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
     deadline = t_sub + bound
     first = None
     while time.time() < deadline and first is None:
-        first = _first(_events(events), 0, "progress")
+        first = _first(_events(events), 0, EventKind.PROGRESS)
         time.sleep(0.5)
     if first is None:
         c.slurm.cancel(jid)
@@ -102,7 +104,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
                       "hooks_per_node_per_interval": round(hooks / (n * window_s / interval), 4),
                       "job_user_per_interval": round(
                           w.delta.by_user.get(user.name, 0) / (window_s / interval), 2)}
-    high = max(int(e["step"]) for e in _events(events) if e.get("kind") == "progress")
+    high = max(int(e["step"]) for e in _events(events) if e.get("kind") == EventKind.PROGRESS)
     fault.step = high + fault_step
     while time.time() < deadline and fault.fired is None:
         fault.poll()
@@ -116,19 +118,19 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
     resumed = blame = None
     while time.time() < deadline and resumed is None:
         evs = _events(events)
-        blame = blame or _first(evs, t_f, "blame")
+        blame = blame or _first(evs, t_f, EventKind.BLAME)
         # recovered = the first step after the relaunch without the node (elastic) or after the
         # requeue; an in-job restart on the same nodes before that does not count (rank 0 of
         # the light worker, having no collectives, steps on while the bad node's rank fails)
-        moved = _first(evs, t_f, "exclude") or _first(evs, t_f, "requeue")
-        back = _first(evs, moved, "resume", source="training") if moved else None
-        resumed = _first(evs, back, "progress") if back else None
+        moved = _first(evs, t_f, EventKind.EXCLUDE) or _first(evs, t_f, EventKind.REQUEUE)
+        back = _first(evs, moved, EventKind.RESUME, source="training") if moved else None
+        resumed = _first(evs, back, EventKind.PROGRESS) if back else None
         time.sleep(0.5)
     evs = _events(events)
     out["fault_to_blame_s"] = round(blame - t_f, 1) if blame else None
     out["fault_to_resumed_s"] = round(resumed - t_f, 1) if resumed else None
-    out["recovery"] = ("requeue" if any(e.get("kind") == "requeue" for e in evs) else
-                       "elastic" if any(e.get("kind") == "exclude" for e in evs) else "?")
+    out["recovery"] = ("requeue" if any(e.get("kind") == EventKind.REQUEUE for e in evs) else
+                       "elastic" if any(e.get("kind") == EventKind.EXCLUDE for e in evs) else "?")
     c.slurm.cancel(jid)
     end = time.time() + 60
     while time.time() < end and c.slurm.job(jid).state not in harness.TERMINAL:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.events import read_events
+from resilient_slurm.events import EventKind, read_events
+from resilient_slurm.launcher import report
 from resilient_slurm.training.faults import Fault, compute_schedule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -233,51 +234,51 @@ class Follower:
 
     def show(self, e: dict[str, Any]) -> None:  # noqa: C901 - one branch per event kind
         k, src = e.get("kind"), e.get("source")
-        if k == "progress":
+        if k == EventKind.PROGRESS:
             s = int(e.get("step") or 0)
             if (s % self.every == 0 or s == self.steps) and s != self.last_step:
                 bar = "#" * (20 * s // self.steps)
                 self.line(f"step {s:4d}/{self.steps} [{bar:20}] loss {float(e['loss']):.3f}")
                 self.last_step = s
-        elif k == "fault" and src == "training":
+        elif k == EventKind.FAULT and src == "training":
             self.line(f"FAULT   {e.get('type')} injected at step {e.get('step')} on rank "
                       f"{e.get('rank')} ({e.get('node')})")
-        elif k == "fault":
+        elif k == EventKind.FAULT:
             self.line(f"launcher: {e.get('type')} (rc {e.get('rc')}) {e.get('detail', '')}")
-        elif k == "resume" and src == "training":
+        elif k == EventKind.RESUME and src == "training":
             how = "fresh start" if e.get("fresh") else f"resumed from step {e.get('step')}"
             self.last_step = -1
             self.line(f"training {how}: world {e.get('world_size')}, restart "
                       f"{e.get('restart')}, requeue {e.get('requeue') or 0}")
-        elif k == "cycle_start":
+        elif k == EventKind.CYCLE_START:
             self.line(f"launcher: cycle {e.get('cycle')} on {','.join(e.get('nodes') or [])}")
-        elif k == "stop_cycle":
+        elif k == EventKind.STOP_CYCLE:
             self.line(f"launcher: stopping the cycle: {e.get('reason')}")
-        elif k == "blame":
+        elif k == EventKind.BLAME:
             blamed = e.get("blamed") or {}
             why = "; ".join(f"{n}: {(r or ['?'])[0][:70]}" + (f" (+{len(r) - 1} more)"
                                                              if len(r) > 1 else "")
                             for n, r in blamed.items())
             self.line(f"launcher: blame -> {why or 'no node to blame'}")
-        elif k == "hang_detected" and float(e.get("ts", 0)) - self.hang_ts > 5:
+        elif k == EventKind.HANG_DETECTED and float(e.get("ts", 0)) - self.hang_ts > 5:
             self.hang_ts = float(e.get("ts", 0))
             self.line(f"ft_launcher on {e.get('node')}: no heartbeat from rank {e.get('rank')} "
                       f"for {e.get('waited_s')} s: hang detected, restarting in-job")
-        elif k == "exclude":
+        elif k == EventKind.EXCLUDE:
             self.line(f"launcher: EXCLUDE {e.get('node')} ({e.get('mode')})")
-        elif k == "release":
+        elif k == EventKind.RELEASE:
             done = "released to Slurm" if e.get("done") else f"kept ({e.get('reason')})"
             self.line(f"launcher: {','.join(e.get('nodes') or [])} {done}")
-        elif k == "requeue":
+        elif k == EventKind.REQUEUE:
             self.line(f"launcher: REQUEUE excluding {','.join(e.get('excluded') or []) or '-'}: "
                       f"{e.get('reason')}")
-        elif k == "verdict" and src == "launcher":
+        elif k == EventKind.VERDICT and src == "launcher":
             self.line(f"launcher: verdict {e.get('verdict')} (exit {e.get('exit_code')})")
-        elif k == "drain":
+        elif k == EventKind.DRAIN:
             self.line(f"{src} hook: DRAIN {e.get('node')} reason {e.get('reason')!r}")
-        elif k == "resume" and src in ("health", "prolog", "epilog"):
+        elif k == EventKind.RESUME and src in ("health", "prolog", "epilog"):
             self.line(f"{src} hook: resume {e.get('node')}")
-        elif k == "complete":
+        elif k == EventKind.COMPLETE:
             self.line(f"training complete at step {e.get('step')}, digest "
                       f"{str(e.get('digest'))[:16]}...")
 
@@ -321,32 +322,19 @@ def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out:
                     key=lambda e: float(e.get("ts", 0)))
     submitted = time.time() - wall_s if submitted is None else submitted
     g = goodput.compute(events, submitted=submitted, ended=submitted + wall_s)
-    complete = [e for e in events if e.get("kind") == "complete"]
+    complete = [e for e in events if e.get("kind") == EventKind.COMPLETE]
     faults = []
     fired = []
     for i, e in enumerate(events):
-        if e.get("kind") != "fault" or e.get("source") != "training":
+        if e.get("kind") != EventKind.FAULT or e.get("source") != "training":
             continue
         fired.append(_key(e.get("step"), e.get("rank"), e.get("type")))
-        before = [x for x in events[:i] if x.get("kind") == "resume" and x.get("source") ==
-                  "training"]
-        high = max([int(x["step"]) for x in events[:i] if x.get("kind") == "progress"], default=0)
-        nxt = next((x for x in events[i + 1:] if x.get("kind") == "resume"
-                    and x.get("source") == "training"), None)
-        how = "not recovered"
-        if nxt is not None:
-            prev_rq = (before[-1].get("requeue") or "0") if before else "0"
-            if str(nxt.get("requeue") or "0") != str(prev_rq):
-                how = "requeue"
-            else:
-                how = "in-job restart"
-            mid = events[i + 1:events.index(nxt)]
-            excl = [x.get("node") for x in mid if x.get("kind") == "exclude"]
-            rq = [x for x in mid if x.get("kind") == "requeue"]
-            if rq and rq[0].get("excluded"):
-                how = "requeue excluding " + ",".join(rq[0]["excluded"])
-            elif excl:
-                how = "elastic relaunch without " + ",".join(str(n) for n in excl)
+        high = max([int(x["step"]) for x in events[:i] if x.get("kind") == EventKind.PROGRESS],
+                   default=0)
+        how, j, _, _ = report.handler(events, i)  # the report's classification
+        nxt = events[j] if j is not None else None
+        # The bench's coarser wording: "in-job restart (ft_launcher)" -> "in-job restart".
+        how = how.split(" (")[0] if nxt is not None else "not recovered"
         faults.append({
             "step": e.get("step"), "rank": e.get("rank"), "type": e.get("type"),
             "node": e.get("node"), "handled_by": how,

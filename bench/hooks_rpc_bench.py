@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from resilient_slurm.events import read_events
+from resilient_slurm.events import EventKind, read_events
 from resilient_slurm.sandbox import lifecycle
 from resilient_slurm.slurm import connect
 
@@ -71,7 +71,7 @@ def main() -> int:
         per_node = counts.get("REQUEST_NODE_INFO_SINGLE", 0) / (args.nodes * intervals)
         runs: dict[str, int] = {}
         for e in read_events(paths.p("log", "events.jsonl")):
-            if e.get("kind") == "verdict" and float(e.get("ts", 0)) >= t0:
+            if e.get("kind") == EventKind.VERDICT and float(e.get("ts", 0)) >= t0:
                 runs[str(e.get("source"))] = runs.get(str(e.get("source")), 0) + 1
         print(f"sandbox: {args.nodes} nodes, {args.timing} timing, HealthCheckInterval="
               f"{interval}s, {elapsed:.0f}s measured, {submitted} jobs submitted")

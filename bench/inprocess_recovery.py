@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from resilient_slurm.events import EventKind  # noqa: E402
 from tests.training.inprocess_harness import JobResult, run_job  # noqa: E402
 
 TARGETS = {"exception": 2.0, "hang": 4.0 + 2.0, "sigkill": 3.0}
@@ -29,8 +30,8 @@ FAULT_STEP = 7
 
 def _step_time(res: JobResult) -> float:
     """Mean wall time per step from the first resume to completion (rank 0's events)."""
-    resume = res.kind("resume")[0]
-    done = res.kind("complete")[-1]
+    resume = res.kind(EventKind.RESUME)[0]
+    done = res.kind(EventKind.COMPLETE)[-1]
     return (done["ts"] - resume["ts"]) / max(done["step"] - resume["step"], 1)
 
 
@@ -40,11 +41,11 @@ def _recovery(res: JobResult) -> tuple[float | None, int | None]:
     if not res.fired:
         return None, None
     t_fault = res.fired[0]["time"]
-    resume = [e for e in res.kind("resume")
+    resume = [e for e in res.kind(EventKind.RESUME)
               if (e.get("iteration") or 0) > 0 and e["ts"] >= t_fault]
     if not resume:
         return None, None
-    rec = [e for e in res.kind("recovered") if e.get("iteration") == resume[0]["iteration"]]
+    rec = [e for e in res.kind(EventKind.RECOVERED) if e.get("iteration") == resume[0]["iteration"]]
     if not rec:
         return None, None
     return rec[0]["ts"] - t_fault, (FAULT_STEP - 1) - resume[0]["step"]
@@ -61,7 +62,8 @@ def main() -> int:
         costs = {}
         for k in (0, 1, 4):
             res = run_job(root / f"free-k{k}", args.steps, extra=("--peer-every", str(k)))
-            copies = [e.get("peer_copy_s") for e in res.kind("progress") if e.get("peer_copy_s")]
+            copies = [e.get("peer_copy_s") for e in res.kind(EventKind.PROGRESS)
+                      if e.get("peer_copy_s")]
             nbytes = [ln for out in res.outputs[:1] for ln in out.splitlines() if " B)" in ln]
             costs[k] = (_step_time(res), statistics.mean(copies) if copies else 0.0,
                         nbytes[-1].rsplit(", ", 1)[-1].rstrip(")") if nbytes else "0 B",

@@ -25,6 +25,7 @@ import compare  # noqa: E402
 import harness  # noqa: E402
 from render import render_all  # noqa: E402
 
+from resilient_slurm.events import EventKind  # noqa: E402
 from resilient_slurm.slurm import expand  # noqa: E402
 
 STAMP = re.compile(r"^\[(\S+)\] (.*)$")
@@ -71,12 +72,13 @@ def main() -> int:
         for node, ts in lost.items():
             if node in nodes and mech not in compare.FAULT_FREE:
                 steps = [int(e["step"]) for e in harness.read_events(events)
-                         if e.get("kind") == "progress" and float(e["ts"]) <= ts]
-                extra.append({"ts": ts, "kind": "fault", "source": "training", "type": "node",
-                              "step": max(steps, default=0), "node": node, "rank": None})
+                         if e.get("kind") == EventKind.PROGRESS and float(e["ts"]) <= ts]
+                extra.append({"ts": ts, "kind": EventKind.FAULT, "source": "training",
+                              "type": "node", "step": max(steps, default=0), "node": node,
+                              "rank": None})
         requeues = max((int(x) for x in re.findall(r"\] job \d+ restart (\d+)", log)), default=0)
-        excluded = sorted({n for e in harness.read_events(events) if e.get("kind") == "requeue"
-                           for n in e.get("excluded") or []})
+        excluded = sorted({n for e in harness.read_events(events)
+                           if e.get("kind") == EventKind.REQUEUE for n in e.get("excluded") or []})
         sched = wl.schedule() if mech not in compare.FAULT_FREE else []
         r = harness.summarize(mech, jid, events, "COMPLETED", False, end[jid] - sub[jid], sched,
                               requeues, excluded, submitted=sub[jid], extra=extra)

@@ -44,6 +44,8 @@ import harness  # noqa: E402
 from harness import REPO, Cluster, Workload  # noqa: E402
 from render import render_all  # noqa: E402
 
+from resilient_slurm.events import EventKind  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 # Sections in order of value; each writes bench/results/<section>.json when it completes.
 SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
@@ -110,8 +112,8 @@ def ckpt_efficiency(wl: Workload, work: str, intervals: tuple[int, int] = (4, 20
                              env={**os.environ, "RESILIENT_EVENTS_FILE": ev}, timeout=600,
                              check=True, capture_output=True, text=True).stdout
         evs = list(harness.read_events(ev))
-        start = next(float(e["ts"]) for e in evs if e.get("kind") == "resume")
-        end = max(float(e["ts"]) for e in evs if e.get("kind") == "progress")
+        start = next(float(e["ts"]) for e in evs if e.get("kind") == EventKind.RESUME)
+        end = max(float(e["ts"]) for e in evs if e.get("kind") == EventKind.PROGRESS)
         stall = sum(float(x) for x in re.findall(r"stall ([\d.]+) ms", out)) / 1000
         return end - start, stall
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
-from resilient_slurm.events import read_events  # noqa: E402
+from resilient_slurm.events import EventKind, read_events  # noqa: E402
 from resilient_slurm.launcher import report  # noqa: E402
 
 SLOW_FROM = 10
@@ -79,10 +79,11 @@ def one(c: harness.Cluster, name: str, work: str, steps: int, launch: list[str],
         out.replace("%j", str(jid))) else ""
     rep = report.build(events)
     progress = [(float(e["ts"]), int(e["step"])) for e in events
-                if e.get("kind") == "progress" and isinstance(e.get("step"), int)]
-    verdict = next((e for e in events if e.get("kind") == "straggler"), None)
-    excluded = next((e for e in events if e.get("kind") == "exclude"), None)
-    resumed = [e for e in events if e.get("kind") == "resume" and e.get("source") == "training"
+                if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int)]
+    verdict = next((e for e in events if e.get("kind") == EventKind.STRAGGLER), None)
+    excluded = next((e for e in events if e.get("kind") == EventKind.EXCLUDE), None)
+    resumed = [e for e in events
+               if e.get("kind") == EventKind.RESUME and e.get("source") == "training"
                and excluded and float(e["ts"]) > float(excluded["ts"])]
     after_from = int(resumed[0]["step"]) + 1 if resumed else None
     digest = re.findall(r"weights digest: ([0-9a-f]{64})", log)
@@ -100,7 +101,7 @@ def one(c: harness.Cluster, name: str, work: str, steps: int, launch: list[str],
            "verdict_after_s": round(float(verdict["ts"]) - start, 1) if verdict else None,
            "excluded_after_s": round(float(excluded["ts"]) - start, 1) if excluded else None,
            "max_ratio": max((float(e.get("straggler_ratio_max") or 0) for e in events
-                             if e.get("kind") == "cycle_end"), default=None),
+                             if e.get("kind") == EventKind.CYCLE_END), default=None),
            "digest": digest[-1] if digest else None}
     for k in ("steps_per_s_before", "steps_per_s_slow", "steps_per_s_after"):
         row[k] = round(row[k], 3) if row[k] is not None else None

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from resilient_slurm.events import read_events
+from resilient_slurm.events import EventKind, read_events
 from resilient_slurm.launcher import straggler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def main() -> int:
                 print(f"run {i + 1}: FAILED ({exc})", flush=True)
                 rows.append({"run": i + 1, "failed": str(exc)[:300]})
                 continue
-        timing = [e for e in events if e.get("kind") == "step_timing"]
+        timing = [e for e in events if e.get("kind") == EventKind.STEP_TIMING]
         cost = [float(e.get("cost_s", 0)) / max(float(e.get("step_s", 0)), 1e-9)
                 for e in timing]
         row: dict = {"run": i + 1, "wall_s": round(wall, 1), "reports": len(timing),

@@ -1,8 +1,8 @@
 """Structured events: one JSON object per line, appended to a log file.
 
-Schema (every event): ``ts`` (unix seconds, float), ``time`` (ISO 8601 UTC), ``kind`` (e.g.
-``verdict``, ``drain``, ``resume``, ``reboot``, ``cycle_start``, ``fault``, ``blame``,
-``requeue``), ``source`` (``health``, ``prolog``, ``epilog``, ``launcher``, ...), plus
+Schema (every event): ``ts`` (unix seconds, float), ``time`` (ISO 8601 UTC), ``kind`` (one of
+:class:`EventKind`, written as its string value), ``source`` (``health``, ``prolog``,
+``epilog``, ``launcher``, ...), plus
 ``node``, ``job``, ``cause`` where they apply, and free fields per kind. Each event is written
 with a single ``write`` on an ``O_APPEND`` descriptor, so concurrent writers never interleave
 inside a line.
@@ -11,13 +11,72 @@ inside a line.
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 MAX_EVENT_BYTES = 64 * 1024
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10: the same behaviour, spelled out
+    class StrEnum(str, enum.Enum):
+        """A str whose members compare, hash, format and serialise as their values."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class EventKind(StrEnum):
+    """Every event kind written to a node log or a job log (docs/events.md lists them; a test
+    keeps the two equal). A member is equal to its string value, so readers compare what
+    ``read_events`` returns (plain strings) with the members directly."""
+
+    # The hooks (prolog, epilog, health program): the node log.
+    VERDICT = "verdict"  # a hook run's verdict; the launcher's final verdict
+    DRAIN = "drain"  # the hook drained the node
+    REBOOT = "reboot"  # the hook asked Slurm to reboot the node
+    RESUME = "resume"  # the hook resumed a node it drained; the training (re)started
+    DRAIN_SKIPPED = "drain_skipped"  # unhealthy, but the node is already drained
+    ACTION_FAILED = "action_failed"  # a Slurm call of the hook failed
+    HOOK_ERROR = "hook_error"  # a configuration the hook needs is bad (exit 2)
+    HEALTH_YIELDED = "health_yielded"  # a health run gave way to a starting job
+    HEALTH_SKIPPED = "health_skipped"  # another health run holds the health lock
+    # The launcher: the job log.
+    LAUNCH_START = "launch_start"  # the batch script started (first run or after a requeue)
+    CYCLE_START = "cycle_start"  # one srun of ft_launcher on every node started
+    CYCLE_END = "cycle_end"  # ... and ended
+    STOP_CYCLE = "stop_cycle"  # the launcher stopped a running cycle
+    FAULT = "fault"  # a signal or a failed cycle (launcher); an injected fault (training)
+    BLAME = "blame"  # which nodes a failed cycle blamed
+    EXCLUDE = "exclude"  # a blamed node leaves the job
+    LEFT_OUT = "left_out"  # --inprocess: a bad node level 0 already left out; the step goes on
+    RELEASE = "release"  # blamed nodes given back to Slurm
+    RECOVERY = "recovery"  # an elastic relaunch on the survivors
+    REQUEUE = "requeue"  # the job is requeued
+    NO_PROGRESS_SIGNAL = "no_progress_signal"  # no way to see progress: that verdict is off
+    STRAGGLER = "straggler"  # a node is slower than its peers
+    STRAGGLER_CAUSE = "straggler_cause"  # the hooks' verdict for a straggler
+    # The node shim, from ft_launcher's output (launcher/observe.py).
+    WORKER_EXCEPTION = "worker_exception"  # a rank's traceback
+    PEER_LOST = "peer_lost"  # a rank lost its connection to a peer that died first
+    RANK_DISCONNECTED = "rank_disconnected"  # a rank's process closed its monitor connection
+    WORKER_FAILED = "worker_failed"  # ft_launcher saw a dead worker
+    WORKER_RESTART = "worker_restart"  # ft_launcher restarts the worker group
+    RENDEZVOUS = "rendezvous"  # a node joined a rendezvous round
+    HANG_DETECTED = "hang_detected"  # a rank missed its heartbeats
+    FIRST_HEARTBEAT = "first_heartbeat"  # a rank's first heartbeat after a restart
+    # The training: the job log.
+    PROGRESS = "progress"  # a step done
+    CHECKPOINT = "checkpoint"  # a save committed
+    RECOVERED = "recovered"  # an in-process restart brought the ranks back
+    STEP_TIMING = "step_timing"  # per-node step times, for the straggler detector
+    STOPPED = "stopped"  # the training saved and stopped on a signal
+    COMPLETE = "complete"  # the training finished
 
 
 class EventLog:
@@ -28,13 +87,15 @@ class EventLog:
         self.source = source
         self.defaults = {k: v for k, v in defaults.items() if v is not None}
 
-    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def emit(self, kind: EventKind, **fields: Any) -> dict[str, Any]:
+        """Append one event; a ``kind`` that is no :class:`EventKind` raises ValueError."""
+        kind = EventKind(kind)
         now = time.time()
         event: dict[str, Any] = {
             "ts": round(now, 3),
             "time": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat(
                 timespec="milliseconds"),
-            "kind": kind,
+            "kind": kind.value,
             "source": self.source,
             **self.defaults,
             **{k: v for k, v in fields.items() if v is not None},

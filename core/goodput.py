@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from resilient_slurm.events import EventKind
+
 
 @dataclass(frozen=True)
 class Goodput:
@@ -41,14 +43,14 @@ def productive(events: Iterable[Mapping[str, Any]]) -> tuple[float | None, int |
     high: int | None = None
     for e in ordered:
         kind, ts = e.get("kind"), float(e.get("ts", 0))
-        if kind == "progress" and isinstance(e.get("step"), int) \
+        if kind == EventKind.PROGRESS and isinstance(e.get("step"), int) \
                 and not isinstance(e.get("step"), bool):
             s = int(e["step"])
             if prev is not None and prev[1] == s - 1:
                 done[s] = ts - prev[0]
             prev = (ts, s)
             high = s if high is None else max(high, s)
-        elif kind == "resume" and e.get("source") == "training":
+        elif kind == EventKind.RESUME and e.get("source") == "training":
             prev = (ts, int(e.get("step") or 0))
     if not done:
         return None, high, 0

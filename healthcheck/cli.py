@@ -1,8 +1,7 @@
 """``resilient-health``: run the node health checks.
 
-Exit codes: 0 healthy (warnings allowed), 1 unhealthy, 3 unknown (a check could not tell:
-tool missing, hung, unparseable; hooks treat it as unhealthy), 2 usage or configuration error
-(the message names the bad key).
+Exit codes: ``healthcheck/exits.py`` (``CHECK_EXITS`` for ``check``, ``HOOK_EXITS`` for the bare
+HealthCheckProgram), rendered into ``--help``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ import click
 
 from resilient_slurm.config import ConfigError, load_config
 
-from .model import Report
+from .exits import CHECK_EXITS, EXIT_USAGE, HOOK_EXITS, render
+from .model import STATUSES, Report
 
 
 def process_started() -> float:
@@ -33,12 +33,12 @@ def process_started() -> float:
     return now - max(0.0, min(age, 60.0))
 
 
-_MARK = {"ok": "OK", "warn": "WARN", "fail": "FAIL", "unknown": "UNKNOWN"}
+_MARK = {status: status.upper() for status in STATUSES}
 
 
 def _config_error(exc: ConfigError) -> None:
     click.echo(f"resilient-health: {exc}", err=True)
-    sys.exit(2)
+    sys.exit(EXIT_USAGE)
 
 
 def format_table(report: Report) -> str:
@@ -69,7 +69,10 @@ def _indices(value: str | None) -> list[int] | None:
         raise click.BadParameter(f"{value!r}: expected comma-separated GPU indices") from None
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="\b\n" + render(HOOK_EXITS, "Exit codes with no command "
+                                                  "(the HealthCheckProgram)"))
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage).
@@ -88,15 +91,14 @@ def no_subcommand(ctx: click.Context) -> None:
     """Bare ``resilient-health`` is Slurm's HealthCheckProgram: check, then drain or resume.
 
     Config from ``/etc/resilient-slurm/config.toml`` only (no environment: it runs as root);
-    node from ``SLURMD_NODENAME``. Exit status as documented for the hooks (0/1/3, 2 config,
-    4 hook).
+    node from ``SLURMD_NODENAME``. Exit status: ``HOOK_EXITS``.
     """
     from .hook import health_main
 
     ctx.exit(health_main([]))
 
 
-@main.command()
+@main.command(epilog="\b\n" + render(CHECK_EXITS))
 @click.option("--only", help="Comma-separated check names (default: the whole set).")
 @click.option("--set", "check_set", type=click.Choice(["periodic", "prolog", "epilog"]),
               default="periodic", show_default=True, help="Which check set to run.")
@@ -113,7 +115,7 @@ def no_subcommand(ctx: click.Context) -> None:
 def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
           metrics_file: str | None, simulate: str | None, config_path: str | None,
           node: str | None, gpus: str | None) -> None:
-    """Run the checks once and report. Exit 0 ok/warn, 1 fail, 3 unknown, 2 usage/config.
+    """Run the checks once and report (exit codes below).
 
     \b
     Fault injection (tests, the GPU proof): RESILIENT_HEALTH_NVML_FAULT=hang makes the NVML
@@ -128,7 +130,7 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
         hang_call = nvml_fault(os.environ.get(NVML_FAULT_ENV))
     except ValueError as exc:
         click.echo(f"resilient-health: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None
     try:
         config = load_config(config_path)
@@ -146,7 +148,7 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
             write_metrics(metrics_file, report)
         except OSError as exc:
             click.echo(f"resilient-health: cannot write {metrics_file}: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(EXIT_USAGE)
     code = report.exit_code
     if report.abandoned:
         # A gatherer is stuck in a call that cannot be interrupted (a wedged NVML): leave now
@@ -218,7 +220,7 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
             fsutil.atomic_write(output, text)
         except OSError as exc:
             click.echo(f"resilient-health genconf: cannot write {output}: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(EXIT_USAGE)
         click.echo(f"resilient-health genconf: wrote profile to {output}", err=True)
     else:
         click.echo(text, nl=False)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
+from resilient_slurm.events import EventKind
+from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
@@ -37,11 +39,11 @@ def health_main(argv: Sequence[str] | None = None) -> int:
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
         hook_settings = runner.hooks_cfg(config)
         # Last resort: Slurm kills us at 60 s; never get there, whatever hangs.
-        signal.signal(signal.SIGALRM, lambda *_: os._exit(runner.EXIT_HOOK_ERROR))
+        signal.signal(signal.SIGALRM, lambda *_: os._exit(EXIT_HOOK_ERROR))
         signal.alarm(int(hook_settings.health_budget_s + 2 * hook_settings.slurm_timeout_s
                          + hook_settings.lock_timeout_s) + 1)
         if job_starting(config):
-            events.emit("health_yielded", cause="a job is starting on this node (prolog)")
+            events.emit(EventKind.HEALTH_YIELDED, cause="a job is starting on this node (prolog)")
             return 0
         try:
             with fsutil.locked(runner.state_path(config, "health.lock"), timeout=0):
@@ -50,7 +52,7 @@ def health_main(argv: Sequence[str] | None = None) -> int:
                 return runner.act(config, ctx, report, events, may_resume=True,
                                   source="health")
         except TimeoutError:
-            events.emit("health_skipped", cause="another health run is still in progress")
+            events.emit(EventKind.HEALTH_SKIPPED, cause="another health run is still in progress")
             return 0
 
     return guarded("health", argv, health_main.__doc__ or "", body)

@@ -6,9 +6,9 @@ import time
 
 from resilient_slurm import fsutil
 
-from .model import STATUSES, Report
+from .model import FAIL, OK, STATUSES, UNKNOWN, WARN, Report
 
-_STATUS_VALUE = {"ok": 0, "warn": 1, "unknown": 2, "fail": 3}
+_STATUS_VALUE = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
 
 
 def _label(value: str) -> str:

@@ -1,8 +1,9 @@
 """Results and reports: what a check says and what a run says.
 
-Status order (worst last): ``ok < warn < unknown < fail``. ``unknown`` means the check could not
-tell (tool missing, timed out, unparseable): every hook treats it as failing. Exit codes of a
-run: 0 ok/warn, 1 fail, 3 unknown.
+Status order (worst last): ``ok < warn < unknown < fail`` (``resilient_slurm.status``).
+``unknown`` means the check could not tell (tool missing, timed out, unparseable): every hook
+treats it as failing. Exit codes of a run: 0 ok/warn, 1 fail, 3 unknown (``EXIT_CODES``; the
+commands' tables are in ``exits.py``).
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-OK = "ok"
-WARN = "warn"
-FAIL = "fail"
-UNKNOWN = "unknown"
-STATUSES = (OK, WARN, UNKNOWN, FAIL)
+from resilient_slurm.status import (
+    FAIL,
+    OK,
+    STATUSES,  # noqa: F401 - re-exported for the checks
+    UNKNOWN,
+    WARN,
+)
+
 _RANK = {OK: 0, WARN: 1, UNKNOWN: 2, FAIL: 3}
 ACTIONS = ("ignore", "restart_app", "reset_gpu", "reboot", "drain")
 EXIT_CODES = {OK: 0, WARN: 0, FAIL: 1, UNKNOWN: 3}

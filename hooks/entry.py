@@ -8,9 +8,9 @@ They take only ``--config PATH`` and ``--node NAME`` (tests, manual runs); every
 from the config file (default ``/etc/resilient-slurm/config.toml``). Root hooks take **no**
 configuration from the environment (no ``RESILIENT_SLURM_*`` variable, not even the config
 path): the file must be owned by root (or the running user) and not writable by group or
-others, checked on every run. Exit status: 0 healthy, 1 unhealthy, 3 unknown, 2 config or
-usage error, 4 the hook could not run (its state directory refused); a non-zero prolog/epilog
-status also makes Slurm drain the node (we drain first, with our own reason).
+others, checked on every run. Exit statuses: ``healthcheck/exits.py`` (``HOOK_EXITS``, rendered into
+``--help``); a non-zero prolog/epilog status also makes Slurm drain the node (we drain first,
+with our own reason).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
+from resilient_slurm.events import EventKind
+from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR, EXIT_USAGE, HOOK_EXITS, render
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
@@ -30,13 +32,13 @@ from resilient_slurm.hooks.context import ContextError, HookContext, from_env
 if TYPE_CHECKING:  # the health engine is imported only when a hook runs checks
     from resilient_slurm.healthcheck.model import Report
 
-EXIT_USAGE = 2
 # What a hook does once its context is read: returns the hook's exit status.
 HookBody = Callable[[Config, HookContext, runner.SafeEvents], int]
 
 
 def _parse(prog: str, argv: Sequence[str] | None, about: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description=about)
+    parser = argparse.ArgumentParser(prog=prog, description=about, epilog=render(HOOK_EXITS),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"config file (default: {DEFAULT_PATH})")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME)")
     return parser.parse_args(argv)
@@ -80,12 +82,12 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
         return EXIT_USAGE
     except OSError as exc:
         print(f"resilient-{source}: state directory: {exc}", file=sys.stderr)
-        return runner.EXIT_HOOK_ERROR
+        return EXIT_HOOK_ERROR
     events = runner.event_log(config, source, ctx)
     try:
         status = int(body(config, ctx, events))
     except ConfigError as exc:  # e.g. a scenario or profile named by the config is bad
-        events.emit("hook_error", cause=str(exc))
+        events.emit(EventKind.HOOK_ERROR, cause=str(exc))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if _ABANDONED:

@@ -10,8 +10,7 @@ then about this node only. A healthy run makes no Slurm call at all, so a stalle
 cannot fail it. Non-essential I/O (events, metrics, verdict file, a corrupt state file) is
 reported on stderr and never changes the verdict or the exit status.
 
-Exit status: 0 healthy, 1 unhealthy (the node was drained, or could not be), 3 unknown result
-(treated as unhealthy).
+Exit status (``act``): ``healthcheck/exits.py``'s ``HOOK_EXITS``.
 """
 
 from __future__ import annotations
@@ -26,14 +25,16 @@ from typing import Any
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
-from resilient_slurm.events import EventLog
-from resilient_slurm.healthcheck.model import Report
+from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.healthcheck.exits import EXIT_HEALTHY
+from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.slurm import SlurmError, connect
 
-EXIT_HOOK_ERROR = 4
+ACTION_EVENTS = {nodestate.DRAIN: EventKind.DRAIN, nodestate.REBOOT: EventKind.REBOOT,
+                 nodestate.RESUME: EventKind.RESUME}  # the event each node action emits
 
 
 def warn(source: str, what: str, exc: BaseException | str) -> None:
@@ -50,7 +51,7 @@ class SafeEvents:
     def __init__(self, log: EventLog) -> None:
         self.log = log
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def emit(self, kind: EventKind, **fields: Any) -> None:
         try:
             self.log.emit(kind, **fields)
         except (OSError, ValueError, TypeError) as exc:
@@ -123,7 +124,7 @@ def verdict_fields(report: Report) -> dict[str, Any]:
 def record(config: Config, ctx: HookContext, source: str, report: Report, events: SafeEvents,
            **extra: Any) -> None:
     """The run's verdict: event, published verdict file, metrics (each failure only warned)."""
-    events.emit("verdict", **verdict_fields(report), **extra)
+    events.emit(EventKind.VERDICT, **verdict_fields(report), **extra)
     hook_settings = hooks_cfg(config)
     if hook_settings.verdict_file:
         try:
@@ -190,8 +191,8 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
          may_resume: bool, source: str) -> int:
     hook_settings = hooks_cfg(config)
     state = load_state(config, source)
-    healthy = report.status not in ("fail", "unknown")
-    status = 0 if healthy else report.exit_code
+    healthy = report.status not in (FAIL, UNKNOWN)
+    status = EXIT_HEALTHY if healthy else report.exit_code
     before = dict(state)
     if may_resume:
         state["healthy_streak"] = _int(state.get("healthy_streak")) + 1 if healthy else 0
@@ -234,12 +235,12 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
             state["drained"] = {"reason": node.reason, "since": time.time()}
         if decision.action != nodestate.NONE:
             nodestate.apply(slurm, ctx.node, decision)
-            events.emit(decision.action, reason=decision.reason, cause=decision.why,
+            events.emit(ACTION_EVENTS[decision.action], reason=decision.reason, cause=decision.why,
                         previous_state=node.describe())
         elif not healthy:
-            events.emit("drain_skipped", reason=decision.reason, cause=decision.why)
+            events.emit(EventKind.DRAIN_SKIPPED, reason=decision.reason, cause=decision.why)
     except SlurmError as exc:
-        events.emit("action_failed", cause=str(exc), status=report.status)
+        events.emit(EventKind.ACTION_FAILED, cause=str(exc), status=report.status)
         warn(source, "Slurm", exc)
     if state != before:
         save_state(config, source, state)

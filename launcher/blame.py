@@ -27,9 +27,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from resilient_slurm.status import FAIL, OK, UNKNOWN, WARN
+
 HOOK_PREFIX = "rhc:"
 BAD_STATES = frozenset({"DOWN", "NOT_RESPONDING", "FAIL"})
-OK, WARN, FAIL, UNKNOWN = "ok", "warn", "fail", "unknown"
 
 
 @dataclass(frozen=True)

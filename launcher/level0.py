@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from resilient_slurm.events import EventKind
+
 
 def left_out_nodes(events: Iterable[dict[str, Any]], since: float) -> set[str]:
     """Nodes the training's level 0 has left out now: ``lost_nodes`` of its in-process
@@ -36,9 +38,9 @@ def left_out_nodes(events: Iterable[dict[str, Any]], since: float) -> set[str]:
     for e in sorted(events, key=lambda x: float(x.get("ts", 0))):
         if float(e.get("ts", 0)) < since:
             continue
-        if e.get("kind") == "rendezvous":
+        if e.get("kind") == EventKind.RENDEZVOUS:
             out.clear()
-        elif e.get("kind") == "resume" and e.get("source") == "training" \
+        elif e.get("kind") == EventKind.RESUME and e.get("source") == "training" \
                 and e.get("level") == "inprocess":
             out.update(str(n) for n in e.get("lost_nodes") or [] if n)
     return out

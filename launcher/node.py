@@ -33,7 +33,7 @@ import threading
 import time
 from typing import IO
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.fsutil import atomic_write_json
 from resilient_slurm.launcher import observe
 
@@ -65,7 +65,7 @@ def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
         except OSError:
             pass
         seen = observe.parse_line(raw.decode("utf-8", "replace"))
-        if seen is not None and seen[0] == "worker_failed":
+        if seen is not None and seen[0] == EventKind.WORKER_FAILED:
             if seen in reported:
                 # ft_launcher's min-healthy policy repeats "failed (exitcode C) ... (pid: P)"
                 # every monitor interval (0.1 s) for a worker it keeps dead: one death, one

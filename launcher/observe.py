@@ -36,24 +36,32 @@ import re
 import signal
 from typing import Any
 
+from resilient_slurm.events import EventKind
+
 # The rank monitor's line prefix. NVRx 0.4.1: "[RankMonServer<pid>@<host>:<rank>]"; 0.6:
 # "[workload:<rank|?>(<local>) infra:<n>(<local>)] rank_monitor_server.py:<line> [Cycle <n>]".
 _MON = (r"(?:RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
         r"|\[workload:(?P<wrank>\d+|\?)\([^)]*\) infra:[^\]]*\] rank_monitor_server\.py:\d+ )")
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("hang_detected", re.compile(_MON + r".*Did not get (?P<which>initial|subsequent) "
-                                 r"heartbeat\. Waited (?P<waited>[\d.]+)")),
-    ("first_heartbeat", re.compile(_MON + r".*Periodic restart check task cancelled")),
-    ("rank_disconnected", re.compile(_MON + r".*Started periodic restart check")),
-    ("worker_exception", re.compile(r"^\[rank(?P<rank>\d+)\]: ?Traceback \(most recent call")),
-    ("peer_lost", re.compile(r"^\[rank(?P<rank>\d+)\]: .*(Connection closed by peer|"
-                             r"Connection reset by peer|Broken pipe)")),
-    ("worker_failed", re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: "
-                                 r"(?P<local>\d+) \(pid: (?P<pid>\d+)\)")),
-    ("worker_restart", re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
-                                  r"attempts left; will restart")),
-    ("rendezvous", re.compile(r"has joined round (?P<round>\d+) of the rendezvous '[^']*' as "
-                              r"rank (?P<grank>\d+) in a world of size (?P<world>\d+)")),
+PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
+    (EventKind.HANG_DETECTED,
+     re.compile(_MON + r".*Did not get (?P<which>initial|subsequent) heartbeat\. "
+                r"Waited (?P<waited>[\d.]+)")),
+    (EventKind.FIRST_HEARTBEAT, re.compile(_MON + r".*Periodic restart check task cancelled")),
+    (EventKind.RANK_DISCONNECTED, re.compile(_MON + r".*Started periodic restart check")),
+    (EventKind.WORKER_EXCEPTION,
+     re.compile(r"^\[rank(?P<rank>\d+)\]: ?Traceback \(most recent call")),
+    (EventKind.PEER_LOST,
+     re.compile(r"^\[rank(?P<rank>\d+)\]: .*(Connection closed by peer|"
+                r"Connection reset by peer|Broken pipe)")),
+    (EventKind.WORKER_FAILED,
+     re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: "
+                r"(?P<local>\d+) \(pid: (?P<pid>\d+)\)")),
+    (EventKind.WORKER_RESTART,
+     re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
+                r"attempts left; will restart")),
+    (EventKind.RENDEZVOUS,
+     re.compile(r"has joined round (?P<round>\d+) of the rendezvous '[^']*' as "
+                r"rank (?P<grank>\d+) in a world of size (?P<world>\d+)")),
 )
 
 
@@ -61,7 +69,7 @@ def _rank(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
+def parse_line(line: str) -> tuple[EventKind, dict[str, Any]] | None:
     """``(kind, fields)`` of the event ``line`` reports, or None."""
     for kind, pat in PATTERNS:
         m = pat.search(line)
@@ -70,14 +78,15 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
         g = m.groupdict()
         if g.get("wrank") is not None:  # NVRx 0.6's spelling of the monitor's rank
             g["rank"] = g["wrank"]
-        if kind == "hang_detected":
+        if kind == EventKind.HANG_DETECTED:
             return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
                           "waited_s": float(g["waited"])}
-        if kind in ("first_heartbeat", "rank_disconnected", "worker_exception", "peer_lost"):
+        if kind in (EventKind.FIRST_HEARTBEAT, EventKind.RANK_DISCONNECTED,
+                    EventKind.WORKER_EXCEPTION, EventKind.PEER_LOST):
             if _rank(g["rank"]) is None:
                 return None
             return kind, {"rank": _rank(g["rank"])}
-        if kind == "worker_failed":
+        if kind == EventKind.WORKER_FAILED:
             code = int(g["code"])
             sig = None
             if code < 0:
@@ -87,7 +96,7 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
                     sig = f"signal {-code}"
             return kind, {"local_rank": int(g["local"]), "exitcode": code, "signal": sig,
                           "pid": int(g["pid"])}
-        if kind == "worker_restart":
+        if kind == EventKind.WORKER_RESTART:
             return kind, {"state": g["state"], "attempts_left": int(g["left"])}
         return kind, {"round": int(g["round"]), "group_rank": int(g["grank"]),
                       "world": int(g["world"])}
@@ -98,7 +107,7 @@ def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
     """In-job restarts of the whole job since ``since`` (a cycle's start): rendezvous rounds
     joined after the first one. Every node joins each round, so a fault counts once however
     many nodes' ft_launchers restarted for it."""
-    rounds = {e["round"] for e in events if e.get("kind") == "rendezvous"
+    rounds = {e["round"] for e in events if e.get("kind") == EventKind.RENDEZVOUS
               and isinstance(e.get("round"), int) and float(e.get("ts", 0)) >= since}
     return max(len(rounds) - 1, 0)
 

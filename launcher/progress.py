@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.events import EventKind, EventLog, read_events
 from resilient_slurm.training.layout import COMMIT_MARKER
 
 # Completion markers: our own checkpoint layout's first (training/layout.py), then common ones.
@@ -129,8 +129,8 @@ def reported_step(events_path: str, since: float = 0.0) -> int | None:
     best = None
     for e in read_events(events_path):
         step = e.get("step")
-        if e.get("kind") == "progress" and isinstance(step, int) and not isinstance(step, bool) \
-                and float(e.get("ts", 0)) >= since:
+        if e.get("kind") == EventKind.PROGRESS and isinstance(step, int) \
+                and not isinstance(step, bool) and float(e.get("ts", 0)) >= since:
             best = step if best is None else max(best, step)
     return best
 
@@ -169,6 +169,6 @@ def report_step(step: int, **fields: object) -> None:
     if _LOG is None or _LOG.path != path:
         _LOG = EventLog(path, "training", node=os.environ.get("SLURMD_NODENAME"))
     try:
-        _LOG.emit("progress", step=int(step), rank=0, **fields)
+        _LOG.emit(EventKind.PROGRESS, step=int(step), rank=0, **fields)
     except OSError:
         pass

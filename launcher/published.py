@@ -16,7 +16,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-STATUSES = ("ok", "warn", "fail", "unknown")
+from resilient_slurm.status import STATUSES
+
 DEFAULT_PATH = "/var/lib/resilient-slurm/verdicts/{node}.json"  # the hooks' verdict_file
 MAX_BYTES = 256 * 1024
 

@@ -28,7 +28,7 @@ from typing import Any
 import click
 
 from resilient_slurm import goodput
-from resilient_slurm.events import read_events
+from resilient_slurm.events import EventKind, read_events
 from resilient_slurm.launcher import straggler
 
 
@@ -71,42 +71,53 @@ class Report:
 
 
 def _is_fault(e: dict[str, Any]) -> bool:
-    return e.get("kind") == "fault"
+    return e.get("kind") == EventKind.FAULT
 
 
 def _training_resume(e: dict[str, Any]) -> bool:
-    return e.get("kind") == "resume" and e.get("source") == "training"
+    return e.get("kind") == EventKind.RESUME and e.get("source") == "training"
 
 
-def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
-             ) -> tuple[str, int | None, int | None, int | None]:
-    """What handled the fault at ``events[i]``; the indexes of the recovery (the next training
-    ``resume``, or for an observed fault the first heartbeat after its restart), of the first
-    missing-heartbeat report and of the restart's rendezvous. A hang report or a restart
-    counts only inside the fault's own cycle; exclusions, requeues and verdicts that end the
-    cycle are its handling, and recovery may come in a later cycle."""
-    how, found, rdzv = "in-job restart (ft_launcher)", None, None
+IN_JOB = "in-job restart (ft_launcher)"
+
+
+def handler(events: list[dict[str, Any]], i: int, observed: bool = False
+            ) -> tuple[str, int | None, int | None, int | None]:
+    """What handled the fault at ``events[i]`` (``events`` in time order); the indexes of the
+    recovery (the next training ``resume``, or for an observed fault the first heartbeat after
+    its restart), of the first missing-heartbeat report and of the restart's rendezvous. A hang
+    report or a restart counts only inside the fault's own cycle; exclusions, requeues and
+    verdicts that end the cycle are its handling, and recovery may come in a later cycle. A
+    training that resumes under another requeue count (``SLURM_RESTART_COUNT``) than before
+    the fault was requeued, whoever requeued it (Slurm's ``--requeue`` too, without the
+    launcher). The one classification: the report's rows and the bench's (bench/harness.py)."""
+    how, found, rdzv = IN_JOB, None, None
+    before = next((x for x in reversed(events[:i]) if _training_resume(x)), None)
+    requeue_count = str((before or {}).get("requeue") or "0")
     own = True
     for j in range(i + 1, len(events)):
         e = events[j]
         k = e.get("kind")
-        if k == "cycle_start":
+        if k == EventKind.CYCLE_START:
             own = False
-        elif k == "hang_detected" and own and found is None \
+        elif k == EventKind.HANG_DETECTED and own and found is None \
                 and events[i].get("type") == "hang":  # else: ranks blocked behind the fault
             found = j
             how = "in-job restart (ft_launcher, missing heartbeats)"
-        elif k == "rendezvous" and own and rdzv is None:
+        elif k == EventKind.RENDEZVOUS and own and rdzv is None:
             rdzv = j
-        elif k == "exclude":
+        elif k == EventKind.EXCLUDE:
             how = f"elastic relaunch without {e.get('node')}"
-        elif k == "requeue":
+        elif k == EventKind.REQUEUE:
             excl = ",".join(e.get("excluded") or [])
             how = "requeue" + (f" excluding {excl}" if excl else "")
-        elif k == "verdict" and e.get("verdict") != "completed":
+        elif k == EventKind.VERDICT and e.get("verdict") != "completed":
             return f"verdict {e.get('verdict')} (exit {e.get('exit_code')})", None, found, rdzv
-        elif _training_resume(e) or (observed and k == "first_heartbeat"
+        elif _training_resume(e) or (observed and k == EventKind.FIRST_HEARTBEAT
                                      and (rdzv is not None or not own)):
+            if how.startswith("in-job restart") and _training_resume(e) \
+                    and str(e.get("requeue") or "0") != requeue_count:
+                how = "requeue"
             if e.get("level") == "inprocess":  # level 0: the same processes, from memory
                 lost = ",".join(str(r) for r in e.get("lost_ranks") or [])
                 how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
@@ -120,8 +131,8 @@ def _handler(events: list[dict[str, Any]], i: int, observed: bool = False
 
 
 OBSERVED_FAULT = "observed_fault"
-_REPORTS = ("worker_exception", "worker_failed", "hang_detected", "rank_disconnected",
-            "peer_lost")
+_REPORTS = (EventKind.WORKER_EXCEPTION, EventKind.WORKER_FAILED, EventKind.HANG_DETECTED,
+            EventKind.RANK_DISCONNECTED, EventKind.PEER_LOST)
 
 
 def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -129,26 +140,26 @@ def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
     another. A hang report that follows a traceback or a dead worker is ranks blocked behind
     it; a traceback of a rank that lost its peer ("Connection closed by peer") is the peer's
     fault; a rank that disconnects without a traceback died of a signal."""
-    lost = {e.get("rank") for e in group if e["kind"] == "peer_lost"}
-    raised = {e.get("rank") for e in group if e["kind"] == "worker_exception"}
-    failed = [e for e in group if e["kind"] == "worker_failed"]
+    lost = {e.get("rank") for e in group if e["kind"] == EventKind.PEER_LOST}
+    raised = {e.get("rank") for e in group if e["kind"] == EventKind.WORKER_EXCEPTION}
+    failed = [e for e in group if e["kind"] == EventKind.WORKER_FAILED]
     for e in group:
         k, rank = e["kind"], e.get("rank")
-        if k == "hang_detected":
+        if k == EventKind.HANG_DETECTED:
             ts = float(e["ts"]) - float(e.get("waited_s") or 0)
             return {"type": "hang", "rank": rank, "node": e.get("node"), "ts": ts}
-        if k == "worker_exception" and rank not in lost:
+        if k == EventKind.WORKER_EXCEPTION and rank not in lost:
             return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
-        if k == "rank_disconnected" and rank not in raised and failed:
+        if k == EventKind.RANK_DISCONNECTED and rank not in raised and failed:
             sig = next((f for f in failed if f.get("node") == e.get("node")), failed[0])
             what = sig.get("signal") or f"exit {sig.get('exitcode')}"
             return {"type": what, "rank": rank, "node": e.get("node"), "ts": e["ts"]}
-        if k == "worker_failed" and not raised - lost:
+        if k == EventKind.WORKER_FAILED and not raised - lost:
             what = e.get("signal") or f"exit {e.get('exitcode')}"
             return {"type": what, "rank": f"{e.get('node')}:{e.get('local_rank')}",
                     "node": e.get("node"), "ts": e["ts"]}
     if raised:  # only consequences seen: the first traceback stands for the fault
-        e = next(x for x in group if x["kind"] == "worker_exception")
+        e = next(x for x in group if x["kind"] == EventKind.WORKER_EXCEPTION)
         return {"type": "exception", "rank": e.get("rank"), "node": e.get("node"),
                 "ts": e["ts"]}
     return None  # ranks that only disconnected: a normal end
@@ -173,11 +184,12 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cycle, stopping = None, False
     for e in events:
         k = e.get("kind")
-        if k in ("cycle_start", "cycle_end") or (k == "rendezvous" and group):
+        if k in (EventKind.CYCLE_START, EventKind.CYCLE_END) \
+                or (k == EventKind.RENDEZVOUS and group):
             close()
-            if k == "cycle_start":
+            if k == EventKind.CYCLE_START:
                 cycle, stopping = e.get("cycle"), False
-        elif k == "stop_cycle":  # the launcher stopped the step: what dies now is no fault
+        elif k == EventKind.STOP_CYCLE:  # the launcher stopped the step: what dies now is no fault
             close()
             stopping = True
         elif k in _REPORTS and not stopping:
@@ -205,20 +217,20 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
     cycle = None
     for i, e in enumerate(events):
         kind, ts = e.get("kind"), float(e.get("ts", 0))
-        if kind == "progress" and isinstance(e.get("step"), int):
+        if kind == EventKind.PROGRESS and isinstance(e.get("step"), int):
             high = e["step"] if high is None else max(high, e["step"])
-        elif kind == "cycle_start":
+        elif kind == EventKind.CYCLE_START:
             rep.cycles += 1
             cycle = e.get("cycle", rep.cycles)
-        elif kind == "rendezvous" and isinstance(e.get("round"), int):
+        elif kind == EventKind.RENDEZVOUS and isinstance(e.get("round"), int):
             rounds.setdefault(cycle, set()).add(e["round"])
-        elif kind == "requeue":
+        elif kind == EventKind.REQUEUE:
             rep.requeues += 1
-        elif kind == "verdict":
+        elif kind == EventKind.VERDICT:
             rep.verdict = str(e.get("verdict", ""))
         if _is_fault(e) or kind == OBSERVED_FAULT:
             observed = kind == OBSERVED_FAULT
-            how, j, found, rdzv = _handler(events, i, observed)
+            how, j, found, rdzv = handler(events, i, observed)
             rec = float(events[j]["ts"]) - ts if j is not None else None
             det = float(events[found]["ts"]) - ts if found is not None else None
             rdv = float(events[rdzv]["ts"]) - ts if rdzv is not None else None
@@ -242,7 +254,8 @@ def _s(x: float | None, unknown: str = "unknown") -> str:
 def render(rep: Report, events: list[dict[str, Any]]) -> str:
     lines = ["Timeline:"]
     for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
-        if e.get("kind") in ("progress", "rank_disconnected", "step_timing"):
+        if e.get("kind") in (EventKind.PROGRESS, EventKind.RANK_DISCONNECTED,
+                             EventKind.STEP_TIMING):
             continue
         extra = {k: e[k] for k in ("node", "step", "type", "cycle", "nodes", "rc", "verdict",
                                    "rank", "waited_s", "done", "reason", "blamed", "excluded",
@@ -285,7 +298,7 @@ def plot(rep: Report, events: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     pts = [(float(e["ts"]) - rep.start, e["step"]) for e in events
-           if e.get("kind") == "progress" and isinstance(e.get("step"), int)]
+           if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int)]
     fig, ax = plt.subplots(figsize=(9, 4))
     if pts:
         ax.plot(*zip(*pts, strict=True), ".", ms=3, label="step")

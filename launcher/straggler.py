@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.launcher.blame import NodeEvidence, strong_reasons
 
 POLICIES = ("exclude", "requeue", "warn")
@@ -118,7 +118,7 @@ def _seconds(value: object) -> float | None:
 
 def parse_event(ev: Mapping[str, Any]) -> Sample | None:
     """A ``step_timing`` event as a Sample; None for another kind or a malformed one."""
-    if ev.get("kind") != "step_timing":
+    if ev.get("kind") != EventKind.STEP_TIMING:
         return None
     step, steps, nodes = ev.get("step"), ev.get("steps"), ev.get("nodes")
     if not (isinstance(step, int) and isinstance(steps, int) and steps >= 1 and step >= steps
@@ -292,15 +292,16 @@ def render_speed(events: Sequence[Mapping[str, Any]], start: float, rows: int = 
         cells = [f"{s.compute[n] * 1e3:9.0f}" if n in s.compute else f"{'-':>9}" for n in nodes]
         out.append(f"  {_at(e, start)} {s.step:6d} " + " ".join(cells))
     for i, e in enumerate(events):
-        if e.get("kind") != "straggler":
+        if e.get("kind") != EventKind.STRAGGLER:
             continue
         node = str(e.get("node"))
         removed = next((x for x in events[i + 1:] if
-                        (x.get("kind") == "exclude" and x.get("node") == node)
-                        or (x.get("kind") == "requeue" and node in (x.get("excluded") or []))),
+                        (x.get("kind") == EventKind.EXCLUDE and x.get("node") == node)
+                        or (x.get("kind") == EventKind.REQUEUE
+                            and node in (x.get("excluded") or []))),
                        None)
         when = (f"removed at {_at(removed, start).strip()} ("
-                + ("elastic relaunch without it" if removed.get("kind") == "exclude"
+                + ("elastic relaunch without it" if removed.get("kind") == EventKind.EXCLUDE
                    else "requeue excluding it") + ")") if removed else "not removed"
         out.append(f"  {_at(e, start)} straggler {node}: "
                    f"{e.get('evidence')} -> {e.get('action')}; {when}")
@@ -329,7 +330,7 @@ class Monitor:
         ones the policy stops the cycle for (none with ``warn``)."""
         st, new = self.settings, self.check()
         for v in new:
-            log.emit("straggler", action=st.policy, factor=st.factor, window=st.window,
+            log.emit(EventKind.STRAGGLER, action=st.policy, factor=st.factor, window=st.window,
                      **v.as_dict())
             print(f"resilient-launch: straggler {v.node}: {v.evidence} ({st.policy})", flush=True)
         return {v.node: v for v in new if st.policy != "warn"}
@@ -351,7 +352,7 @@ def report_causes(log: EventLog, evidence: Iterable[NodeEvidence]) -> None:
     for ev in evidence:
         if ev.slow:
             others = [r for r in strong_reasons(ev) if r != ev.slow]
-            log.emit("straggler_cause", **cause(ev.node, others, ev.verdict))
+            log.emit(EventKind.STRAGGLER_CAUSE, **cause(ev.node, others, ev.verdict))
 
 
 def cause(node: str, other_reasons: Sequence[str], verdict: str) -> dict[str, Any]:

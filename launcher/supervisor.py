@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.events import EventKind, EventLog, read_events
 from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import (
     blame,
@@ -59,8 +59,8 @@ EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
      "--no-progress-limit cycles/requeues (a deterministic crash); not requeued.\n"
      "Never issued without a progress signal (the log says so)"),
     (EXIT_BUDGET, "budget exhausted: a requeue was needed but --max-requeues is spent or it "
-     "failed\n(requeue-unconfirmed: the controller did not answer in time; it may still take "
-     "it)"),
+     "failed\n(requeue-unconfirmed: the controller did not answer within KillWait; it may "
+     "still\ntake it, then the job restarts)"),
     (EXIT_REQUEUED, "requeued: Slurm restarts this batch script, blamed nodes excluded"),
     (EXIT_TERMINATED, "terminated by SIGTERM (scancel, preemption): training saved, left to "
      "Slurm;\nSIGUSR1 (sbatch --signal=B:USR1@T) means save, then requeue"),
@@ -140,7 +140,7 @@ class Supervisor:
             why = ("no progress signal (no step reports, no complete checkpoint under "
                    f"{self.cfg.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
                    "verdict is off; failed cycles are requeued until --max-requeues is spent")
-            self.log.emit("no_progress_signal", detail=why)
+            self.log.emit(EventKind.NO_PROGRESS_SIGNAL, detail=why)
             print(f"resilient-launch: {why}", flush=True)
         return p.step
 
@@ -157,8 +157,8 @@ class Supervisor:
         if self.node_ledger.user_excluded is None:
             self.node_ledger.user_excluded = self._user_excluded()
         nodes = self.node_ledger.usable(list(self.alloc.nodes))
-        self.log.emit("launch_start", restart_count=self.alloc.restart_count, pid=os.getpid(),
-                      allocation=list(self.alloc.nodes), nodes=nodes,
+        self.log.emit(EventKind.LAUNCH_START, restart_count=self.alloc.restart_count,
+                      pid=os.getpid(), allocation=list(self.alloc.nodes), nodes=nodes,
                       excluded=sorted(self.node_ledger.excluded), nvrx=self.features.version,
                       min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
                       kill_wait=self.kill_wait, committed_step=self._progress_step())
@@ -176,13 +176,13 @@ class Supervisor:
                 return self._act(policy.decide(self._state(Phase.COMPLETED, len(nodes))))
             self._save()
             if self.signal is not Signal.NONE:
-                self.log.emit("fault", type="signal", signal=self.signal.value,
+                self.log.emit(EventKind.FAULT, type="signal", signal=self.signal.value,
                               committed_step=step, detail="stopped: "
                               + ("terminated (scancel or preemption)"
                                  if self.signal is Signal.TERM else "time limit warning"))
                 return self._act(policy.decide(self._state(Phase.FAILED, len(nodes))))
             if not stopped:
-                self.log.emit("fault", type="cycle-failed", rc=rc, step=step,
+                self.log.emit(EventKind.FAULT, type="cycle-failed", rc=rc, step=step,
                               detail="ft_launcher gave up (in-job restarts exhausted or a "
                                      "node's launcher failed)")
             decision = self._blame(nodes, cycle_dir, started)
@@ -197,9 +197,9 @@ class Supervisor:
             if d.action is not Action.ELASTIC:
                 return self._act(d)
             for node in decision.nodes:
-                self.log.emit("exclude", node=node, mode="elastic", survivors=survivors,
+                self.log.emit(EventKind.EXCLUDE, node=node, mode="elastic", survivors=survivors,
                               reason=decision.blamed[node])
-            self.log.emit("recovery", by="elastic relaunch", nodes=survivors,
+            self.log.emit(EventKind.RECOVERY, by="elastic relaunch", nodes=survivors,
                           excluded=decision.nodes, cycle=self.node_ledger.cycles)
             self._release(decision.nodes)
             nodes = survivors
@@ -230,7 +230,7 @@ class Supervisor:
         started = time.time()
         mon = straggler.Monitor(self.cfg.straggler, nodes, self.events_path) \
             if self.cfg.straggler else None
-        self.log.emit("cycle_start", cycle=n, nodes=nodes, endpoint=cycle.endpoint,
+        self.log.emit(EventKind.CYCLE_START, cycle=n, nodes=nodes, endpoint=cycle.endpoint,
                       rdzv_id=cycle.rdzv_id, committed_step=self._progress_step(),
                       argv=list(cycle.argv))
         self.proc = subprocess.Popen(list(cycle.argv), env=self.env)  # noqa: S603 - argv list
@@ -240,7 +240,7 @@ class Supervisor:
         rc = self.proc.wait()
         self.proc = None
         recs = evidence.exit_records(cycle.record_dir)
-        self.log.emit("cycle_end", cycle=n, rc=rc, stopped=stopped or None,
+        self.log.emit(EventKind.CYCLE_END, cycle=n, rc=rc, stopped=stopped or None,
                       duration_s=round(time.time() - started, 2),
                       straggler_ratio_max=round(mon.highest, 3) if mon else None,
                       node_rc={k: v.get("rc") for k, v in recs.items()})
@@ -270,7 +270,7 @@ class Supervisor:
                 last_check = time.monotonic()
                 why = self._node_fault(nodes, since)
             if why and self.proc.poll() is None:
-                self.log.emit("stop_cycle", reason=why)
+                self.log.emit(EventKind.STOP_CYCLE, reason=why)
                 self._stop_step(record_dir)
                 return why
         return ""
@@ -297,7 +297,7 @@ class Supervisor:
         left = level0.left_out_nodes(read_events(self.events_path), since)
         stop, newly = self.level0.split(bad, left, time.monotonic())
         for node in newly:
-            self.log.emit("left_out", node=node, by="level 0 (in-process restart)",
+            self.log.emit(EventKind.LEFT_OUT, node=node, by="level 0 (in-process restart)",
                           reason="bad node whose ranks the training already left out; the "
                                  "step goes on without it")
         return stop
@@ -314,7 +314,7 @@ class Supervisor:
         except SlurmError as exc:
             # A job being cancelled refuses step signals: Slurm is signalling the tasks
             # itself, so they still get their grace. Without any task there is nothing to save.
-            self.log.emit("stop_cycle", signalled=False, reason=str(exc))
+            self.log.emit(EventKind.STOP_CYCLE, signalled=False, reason=str(exc))
             grace = grace if sid is not None else 0
         if self.signal is Signal.TERM:  # Slurm SIGKILLs this script KillWait after scancel
             grace = min(grace, max(1.0, self.kill_wait * 0.7))
@@ -353,7 +353,7 @@ class Supervisor:
         recorded and the job goes on without the node either way."""
         batch = self.alloc.batch_node
         if batch in blamed:
-            self.log.emit("release", nodes=[batch], done=False,
+            self.log.emit(EventKind.RELEASE, nodes=[batch], done=False,
                           reason="the batch host cannot leave the allocation")
         keep = [n for n in self.alloc.nodes if n not in self.node_ledger.excluded or n == batch]
         drop = [n for n in self.alloc.nodes if n not in keep]
@@ -362,11 +362,11 @@ class Supervisor:
         try:
             self.slurm.shrink(self.alloc.job_id, keep)
         except SlurmError as exc:
-            self.log.emit("release", nodes=drop, done=False, reason=str(exc))
+            self.log.emit(EventKind.RELEASE, nodes=drop, done=False, reason=str(exc))
             return
         self.env = plan.resized_env(self.env, self.alloc.nodes, keep)
         self.alloc = replace(self.alloc, nodes=tuple(keep))
-        self.log.emit("release", nodes=drop, done=True, allocation=keep)
+        self.log.emit(EventKind.RELEASE, nodes=drop, done=True, allocation=keep)
 
     def _blame(self, nodes: list[str], cycle_dir: str, since: float) -> blame.Decision:
         found = evidence.verdicts(self.cfg.verdict_path, nodes, since, self.cfg.verdict_max_age,
@@ -380,7 +380,8 @@ class Supervisor:
         for node in decision.strikes:
             self.node_ledger.strike(node)
         self._save()
-        self.log.emit("blame", cycle=self.node_ledger.cycles, blamed=decision.blamed or None,
+        self.log.emit(EventKind.BLAME, cycle=self.node_ledger.cycles,
+                      blamed=decision.blamed or None,
                       strikes=decision.strike_totals or None,
                       shared_fault=decision.shared_fault or None,
                       evidence=[e.as_dict() for e in evs])
@@ -389,7 +390,7 @@ class Supervisor:
     # -- endings ---------------------------------------------------------------------------
     def _verdict(self, verdict: str, code: int, message: str) -> int:
         self._save()
-        self.log.emit("verdict", verdict=verdict, exit_code=code, message=message,
+        self.log.emit(EventKind.VERDICT, verdict=verdict, exit_code=code, message=message,
                       cycles=self.node_ledger.cycles, requeues=self.alloc.restart_count,
                       committed_step=self.node_ledger.best_step)
         print(f"resilient-launch: {verdict}: {message} (exit {code})", flush=True)
@@ -422,7 +423,7 @@ class Supervisor:
         excluded = sorted(self.node_ledger.excluded)
         self.node_ledger.requeues += 1
         self._save()
-        self.log.emit("requeue", reason=why, excluded=excluded, readmitted=back or None,
+        self.log.emit(EventKind.REQUEUE, reason=why, excluded=excluded, readmitted=back or None,
                       restart_count=self.alloc.restart_count + 1)
         print(f"resilient-launch: requeueing: {why}", flush=True)
         # Requeue SIGTERMs this script within milliseconds (SIGKILL after KillWait): ignore it.
@@ -439,5 +440,5 @@ class Supervisor:
         if not res.requeued:
             return self._verdict("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}")
         if res.error:
-            self.log.emit("requeue", done=True, warning=res.error)
+            self.log.emit(EventKind.REQUEUE, done=True, warning=res.error)
         return EXIT_REQUEUED

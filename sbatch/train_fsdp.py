@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.training import fsdp_state, ordered_reduce
 from resilient_slurm.training.checkpoint import Checkpointer
 from resilient_slurm.training.digest import tensor_digest
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         f"shards in {shards.rounds} round(s)), "
         f"{f'resuming from step {start}' if start else 'fresh start'}, node={node}")
     if events:
-        events.emit("resume", step=start, fresh=start == 0, world_size=world, node=node,
+        events.emit(EventKind.RESUME, step=start, fresh=start == 0, world_size=world, node=node,
                     virtual_dp=shards.virtual_dp,
                     restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
                     requeue=os.environ.get("SLURM_RESTART_COUNT"))
@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         for committed in ckpt.poll():
             log(f"checkpoint {committed} committed")
             if events:
-                events.emit("checkpoint", step=committed)
-                events.emit("progress", step=step, loss=loss_value, step_time=step_time)
+                events.emit(EventKind.CHECKPOINT, step=committed)
+                events.emit(EventKind.PROGRESS, step=step, loss=loss_value, step_time=step_time)
         stopped = stop.agreed()  # a collective: waiting for a straggler ends here at the latest
         timer.end_step()
         timer.maybe_report(step, force=bool(stopped) or step == args.steps)
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.log_every == 0 or step == args.steps:
             log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms")
             if events:
-                events.emit("progress", step=step, loss=loss_value, step_time=step_time)
+                events.emit(EventKind.PROGRESS, step=step, loss=loss_value, step_time=step_time)
         if stopped:
             break
 
@@ -353,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
             ckpt.wait_committed(last, timeout=args.pg_timeout)
         for committed in ckpt.poll():
             if events:
-                events.emit("checkpoint", step=committed)
+                events.emit(EventKind.CHECKPOINT, step=committed)
     if stopped:
         log(f"stopped by signal {stopped} at step {last}, checkpoint committed")
         if events:
-            events.emit("stopped", step=last, signal=stopped, loss=loss_value)
+            events.emit(EventKind.STOPPED, step=last, signal=stopped, loss=loss_value)
         shutdown()
         return EXIT_STOPPED
     digest = tensor_digest(fsdp_state.full_model_state(model))
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"weights digest: {digest}", flush=True)
     if events:
-        events.emit("complete", step=args.steps, digest=digest, loss=loss_value)
+        events.emit(EventKind.COMPLETE, step=args.steps, digest=digest, loss=loss_value)
     liveness.close()
     shutdown()
     return 0

@@ -273,11 +273,11 @@ class Proof:
             del self.env["RESILIENT_EVENTS_FILE"]
         if r is None:
             return
-        from resilient_slurm.events import read_events
+        from resilient_slurm.events import EventKind, read_events
 
         evs = list(read_events(events))
-        fired = [(e["type"], e["step"]) for e in evs if e["kind"] == "fault"]
-        resumes = [e["step"] for e in evs if e["kind"] == "resume"]
+        fired = [(e["type"], e["step"]) for e in evs if e["kind"] == EventKind.FAULT]
+        resumes = [e["step"] for e in evs if e["kind"] == EventKind.RESUME]
         digests = re.findall(r"weights digest: ([0-9a-f]{64})", r.out)
         ok = (r.rc == 0 and bool(self.digest) and digests == [self.digest]
               and fired == [("exception", 12), ("sigkill", 27)] and len(resumes) == 3)

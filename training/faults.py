@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 
 FAULT_TYPES = ("exception", "hang", "sigkill", "node")
 TARGETED_TYPES = (*FAULT_TYPES, "crash", "slow")
@@ -319,7 +319,7 @@ class FaultInjector:
         target = active[-1]
         if target.index not in self._slow_seen and self._claim(target) \
                 and self.events is not None:
-            self.events.emit("fault", step=step, rank=self.rank, type="slow",
+            self.events.emit(EventKind.FAULT, step=step, rank=self.rank, type="slow",
                              factor=target.factor, index=target.index,
                              node=self.env.get("SLURMD_NODENAME"), pid=os.getpid())
             print(f"[fault] rank {self.rank} computes {target.factor:g}x slower from step "
@@ -329,7 +329,7 @@ class FaultInjector:
 
     def _fire(self, fault: Fault, kind: str) -> None:
         if self.events is not None:
-            self.events.emit("fault", step=fault.step, rank=fault.rank, type=kind,
+            self.events.emit(EventKind.FAULT, step=fault.step, rank=fault.rank, type=kind,
                              index=fault.index, node=self.env.get("SLURMD_NODENAME"),
                              pid=os.getpid())
         print(f"[fault] injecting {kind} at step {fault.step} on rank {fault.rank}",

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 
 TIMED_COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -219,7 +219,7 @@ class StepTimer:
         cost, self.cost = self.cost, 0.0
         self.cost_total += cost
         if self.events is not None:
-            self.events.emit("step_timing", step=step, steps=steps, world_size=world,
+            self.events.emit(EventKind.STEP_TIMING, step=step, steps=steps, world_size=world,
                              step_s=round(wall, 6), cost_s=round(cost / steps, 6),
                              timing=self.source,
                              nodes=aggregate([r.cpu().tolist() for r in rows], self._nodes))

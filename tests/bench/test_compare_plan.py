@@ -29,9 +29,14 @@ def test_node_fault_is_the_harness_others_are_targeted() -> None:
 
 
 def test_same_hang_timeout_for_every_mechanism() -> None:
+    wl = compare.workload("dense")
     for mech in compare.MECHS:
         script, env, _ = compare.script_and_env(mech, 20, "/ev")
         knob = env.get("PG_TIMEOUT") or env.get("FT_HB_TIMEOUT")
+        if mech == compare.INPROCESS:  # level 0's soft timeout finds its hang
+            args = compare.train_args(wl, "/ck", True, mech, 20)
+            knob = args[args.index("--soft-timeout") + 1]
+            assert float(env["FT_HB_TIMEOUT"]) > float(args[args.index("--hard-timeout") + 1])
         assert knob == "20", (mech, env)
         assert script.exists()
     assert compare.script_and_env("ft_launcher", 20, "/ev")[0].name == "ft-launcher.sbatch"
@@ -39,27 +44,49 @@ def test_same_hang_timeout_for_every_mechanism() -> None:
     assert "scontrol requeue" in text  # the requeue-on-failure batch script, not a straw man
 
 
+AGENT = """
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-u", sys.argv[1]])
+print(worker.pid, flush=True)
+worker.wait()
+"""
+WORKER = """
+import os, time
+if os.fork() == 0:  # a daemon the worker forks (as NVRx's in-process monitor): no GPU user
+    time.sleep(60)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
 def test_worker_pids_finds_only_that_jobs_worker_on_that_node(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The training worker the agent started, on that job and node: not its forked daemon,
+    not a process that only names the script, not another job's or node's."""
     import os
     import subprocess
+    import time
 
-    script = tmp_path / "gated_train.py"
-    script.write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "gated_train.py").write_text(WORKER)
+    (tmp_path / "ft_launcher").write_text(AGENT)
     env = {**os.environ, "SLURM_JOB_ID": "424242", "SLURMD_NODENAME": "nodeX"}
-    p = subprocess.Popen([sys.executable, "-u", str(script)], env=env)
+    agent = subprocess.Popen([sys.executable, str(tmp_path / "ft_launcher"),
+                              str(tmp_path / "gated_train.py")], env=env,
+                             stdout=subprocess.PIPE, text=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                               "gated_train.py"], env=env)  # not the script python runs
     try:
-        import time
-
+        assert agent.stdout is not None
+        worker = int(agent.stdout.readline())
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not compare.worker_pids(424242, "nodeX"):
             time.sleep(0.1)
-        assert compare.worker_pids(424242, "nodeX") == [p.pid]
+        time.sleep(0.5)  # the forked daemon is up too
+        assert compare.worker_pids(424242, "nodeX") == [worker]
         assert compare.worker_pids(424242, "nodeY") == []
         assert compare.worker_pids(424243, "nodeX") == []
     finally:
-        p.kill()
-        other.kill()
-        p.wait()
-        other.wait()
+        subprocess.run(["pkill", "-KILL", "-P", str(agent.pid)], check=False)  # our own tree
+        for proc in (agent, other):
+            proc.kill()
+            proc.wait()
+        subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "gated_train.py")], check=False)

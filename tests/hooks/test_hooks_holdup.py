@@ -365,6 +365,7 @@ def test_published_verdict_record_shape():
 
 # -- item 2: the prolog never fails on the lock ---------------------------------------------
 
+@pytest.mark.integration  # two hook programs as processes, a 10 s dcgmi: about 10 s
 def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
     config = hook_config(tmp_path)
     text = open(config).read().replace("tool_timeout_s = 5", "tool_timeout_s = 15")

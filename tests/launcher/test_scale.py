@@ -39,11 +39,11 @@ def test_oversized_event_stays_valid_json(tmp_path) -> None:  # type: ignore[no-
     nodes = [f"gpu-a-{i:05d}" for i in range(0, 12000, 2)]  # a cycle on 6,000 nodes
     log.emit("cycle_start", cycle=1, nodes=nodes, argv=["srun", ",".join(nodes)],
              blamed={"n1": ["z"]})
-    log.emit("after", ok=True)
+    log.emit("cycle_end", ok=True)
     raw = open(p, encoding="utf-8").read().splitlines()
     assert all(len(line.encode()) <= MAX_EVENT_BYTES for line in raw)
     got = list(read_events(p))
-    assert [e["kind"] for e in got] == ["cycle_start", "after"]  # nothing skipped as torn
+    assert [e["kind"] for e in got] == ["cycle_start", "cycle_end"]  # nothing skipped as torn
     assert got[0]["job"] == 7 and got[0]["blamed"] == {"n1": ["z"]} and got[0]["cycle"] == 1
     assert set(got[0]["truncated"]) >= {"argv", "nodes"}
 

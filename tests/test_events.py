@@ -1,0 +1,39 @@
+"""The event kinds: one enumeration, written to disk as plain strings. No Slurm needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from resilient_slurm.events import EventKind, EventLog, read_events
+from resilient_slurm.launcher import observe
+
+
+def test_a_kind_is_written_as_its_plain_string(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "events.jsonl"
+    event = EventLog(str(path), "health", node="n1").emit(EventKind.DRAIN, reason="rhc:XID79")
+    line = path.read_text()
+    assert '"kind": "drain", "source": "health", "node": "n1"' in line
+    assert type(json.loads(line)["kind"]) is str
+    assert line == json.dumps({**event, "kind": "drain"}) + "\n"  # byte-identical
+    assert [e["kind"] for e in read_events(str(path))] == [EventKind.DRAIN]
+
+
+def test_an_unknown_kind_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "events.jsonl"
+    with pytest.raises(ValueError, match="drained"):
+        EventLog(str(path), "health").emit("drained")  # type: ignore[arg-type]
+    assert not path.exists()
+
+
+def test_members_compare_and_hash_as_their_strings() -> None:
+    assert EventKind.PROGRESS == "progress" and "progress" in {EventKind.PROGRESS}
+    assert f"{EventKind.STEP_TIMING:12}|" == "step_timing |"
+    assert str(EventKind.CYCLE_START) == "cycle_start"
+    assert len({k.value for k in EventKind}) == len(EventKind)
+
+
+def test_every_observation_is_a_kind() -> None:
+    assert observe.WATCHED <= set(EventKind)
+    assert all(isinstance(kind, EventKind) for kind, _ in observe.PATTERNS)
