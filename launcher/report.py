@@ -119,7 +119,9 @@ def handler(events: list[dict[str, Any]], i: int, observed: bool = False
                     and str(e.get("requeue") or "0") != requeue_count:
                 how = "requeue"
             if e.get("level") == "inprocess":  # level 0: the same processes, from memory
-                lost = ",".join(str(r) for r in e.get("lost_ranks") or [])
+                gone = set((before or {}).get("lost_ranks") or []) \
+                    if (before or {}).get("level") == "inprocess" else set()
+                lost = ",".join(str(r) for r in e.get("lost_ranks") or [] if r not in gone)
                 how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
                                                        else ")")
             return how, j, found, rdzv

@@ -154,3 +154,25 @@ def test_report_names_level0() -> None:
     assert [f.handled_by for f in rows] == ["in-process restart (level 0, ranks 1 left out)",
                                             "in-job restart (ft_launcher)"]
     assert rows[0].recovery_s == 1.0 and rows[0].lost_steps == 0
+
+
+def test_report_names_only_the_ranks_each_level0_restart_left_out() -> None:
+    """The training's ``lost_ranks`` is every initial rank gone so far: a later fault's row
+    names only the ranks that restart newly left out (none for a hang after a shrink)."""
+    from resilient_slurm.launcher import report
+
+    def ev(ts: float, kind: str, source: str = "training", **kw):  # type: ignore[no-untyped-def]
+        return {"ts": ts, "kind": kind, "source": source, **kw}
+
+    events = [
+        ev(0.1, "cycle_start", "launcher", cycle=1), ev(1, "resume", step=0, iteration=0),
+        ev(6.5, "fault", type="node", step=6, node="n3"),
+        ev(7.5, "resume", step=5, iteration=1, level="inprocess", lost_ranks=[2]),
+        ev(9.5, "fault", type="hang", step=8, node="n1"),
+        ev(30, "resume", step=7, iteration=2, level="inprocess", lost_ranks=[2]),
+        ev(31, "fault", type="sigkill", step=9, node="n2"),
+        ev(33, "resume", step=8, iteration=3, level="inprocess", lost_ranks=[1, 2]),
+    ]
+    assert [f.handled_by for f in report.build(events).faults] == [
+        "in-process restart (level 0, ranks 2 left out)", "in-process restart (level 0)",
+        "in-process restart (level 0, ranks 1 left out)"]
