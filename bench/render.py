@@ -11,6 +11,7 @@ from typing import Any
 REF = "srun-torchrun"
 RL = "resilient-launch"
 RL_FREE = "resilient-launch (no faults)"
+INPROCESS = "resilient-launch --inprocess"
 PROCESS = ("exception", "sigkill")
 DELTA_ASSUMED_S = 30.0  # checkpoint cost of a large model's save to training (an assumption)
 
@@ -107,6 +108,24 @@ def targets(sec: dict[str, Any]) -> list[dict[str, Any]]:
                               f"{hb:g} s heartbeat timeout)",
                     "value": f"worst {worst:.1f} s" if worst is not None else "n/a",
                     "met": worst is not None and worst <= 10})
+    ip = runs.get(INPROCESS)
+    soft = (sec["settings"].get("inprocess") or {}).get("soft_timeout_s")
+    if ip and soft is not None:
+        bounds = {"exception": 2.0, "sigkill": 3.0, "hang": soft + 2.0}
+        for kind, bound in bounds.items():
+            got = [f for f in ip["faults"] if f["type"] == kind]
+            level0 = [f for f in got if f["handled_by"] == "in-process restart"
+                      and f["recovery_s"] is not None]
+            worst = max((f["recovery_s"] for f in level0), default=None)
+            lost = sum(f["lost_steps"] or 0 for f in level0)
+            met = bool(got) and len(level0) == len(got) and worst is not None \
+                and worst < bound and lost == 0
+            value = (f"worst {worst:.1f} s, {lost} lost steps" if worst is not None else
+                     "not handled in-process") + (f" ({len(level0)} of {len(got)} in-process)"
+                                                  if len(level0) != len(got) else "")
+            out.append({"target": f"--inprocess: {kind} recovered in-process in < {bound:g} s "
+                                  "with 0 lost steps", "value": value if got else "n/a",
+                        "met": met})
     return out
 
 
