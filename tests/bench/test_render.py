@@ -53,6 +53,27 @@ def test_targets_met_and_not_met() -> None:
     assert worst["value"] == "worst 8.0 s" and worst["met"]  # hang 25 - 20 s heartbeat = 5
 
 
+def test_inprocess_targets_per_fault_type() -> None:
+    """Issue 15's bounds on the --inprocess row: exception < 2 s, SIGKILL < 3 s, hang < soft
+    timeout + 2 s, each handled in-process with no lost step; a fault handled by another
+    level does not meet its target."""
+    sec = section()
+    sec["settings"] = {**sec["settings"], "inprocess": {"soft_timeout_s": 20.0}}  # type: ignore[dict-item]
+    ip = run("resilient-launch --inprocess", 0.5, 120,
+             [("sigkill", 2.6), ("node", 3.0), ("exception", 1.2), ("hang", 22.5)])
+    for f in ip["faults"]:  # type: ignore[attr-defined]
+        f["handled_by"] = "in-process restart"
+    ip["faults"].append({"type": "sigkill", "recovery_s": 20.0, "handled_by": "in-job restart",  # type: ignore[attr-defined]
+                         "step": 9, "rank": 0, "node": "n", "lost_steps": 0})
+    sec["runs"] = [*sec["runs"], ip]  # type: ignore[misc]
+    t = {x["target"].split(":")[1].split()[0]: x for x in render.targets(sec)
+         if x["target"].startswith("--inprocess")}
+    assert t["exception"]["met"] and t["exception"]["value"] == "worst 1.2 s, 0 lost steps"
+    assert not t["hang"]["met"]  # 22.5 s >= 20 + 2
+    assert not t["sigkill"]["met"] and "(1 of 2 in-process)" in t["sigkill"]["value"]
+    assert "--inprocess" not in str(render.targets(section()))  # no row, no target
+
+
 def test_plan_inputs_per_class_and_unrecovered_left_out() -> None:
     inp = render.plan_inputs({"compare-production-sparse": section()})
     assert inp is not None
