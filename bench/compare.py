@@ -172,7 +172,11 @@ class NodeFault:
             return
         job = self.cluster.slurm.job(self.jid)
         batch = job.extra.get("batch_host")
-        node = [n for n in job.nodes if n != batch][-1]
+        others = [n for n in job.nodes if n != batch]
+        # A node that runs a worker now: after an in-process shrink a node of the allocation
+        # may have none, and a GPU lost there would cost the training nothing.
+        node = next((n for n in reversed(others) if worker_pids(self.jid, n, self.script)),
+                    others[-1])
         from resilient_slurm.healthcheck.simulate import install_scenario
 
         Path(self.lost_dir, node).touch()
