@@ -77,23 +77,17 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
     return row
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--timing", default="fast", choices=["fast", "production"])
-    p.add_argument("--out", default=str(harness.REPO / "bench" / "results" / "inprocess.json"))
-    args = p.parse_args()
+def measure(work: str, repeat: int = 1, timing: str = "fast") -> dict[str, Any]:
+    """The section: a fault-free job, then each fault ``repeat`` times (printed as it goes)."""
     from resilient_slurm.sandbox import lifecycle
 
-    result: dict[str, Any] = {"section": "inprocess", "timing": args.timing,
+    result: dict[str, Any] = {"section": "inprocess", "timing": timing,
                               "targets_s": TARGETS, "soft_timeout_s": SOFT,
                               "hard_timeout_s": HARD, "fault_step": FAULT_STEP, "steps": STEPS,
                               "load_avg_at_start": [round(x, 1) for x in os.getloadavg()],
                               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": []}
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    work = tempfile.mkdtemp(prefix="rs-bench-inprocess-")
-    os.chmod(work, 0o755)
-    with harness.sandbox(os.path.join(work, "sandbox"), nodes=3, timing=args.timing) as c:
+    with harness.sandbox(os.path.join(work, "sandbox"), nodes=3, timing=timing) as c:
         base = os.path.join(lifecycle.job_user(c.root).work_dir, "inprocess")
         lifecycle.make_user_dir(base, lifecycle.job_user(c.root), mode=0o755)
         free = run_job(c, base, "fault-free", None)
@@ -101,7 +95,7 @@ def main() -> int:
         print(f"fault-free: {free['state']}, digest {free['digest']}", flush=True)
         print("\nfault      | recovery s (target) | lost steps | lost ranks | level 1 | "
               "digest equal")
-        for i in range(args.repeat):
+        for i in range(repeat):
             for kind, where in FAULTS:
                 c.reset_nodes()
                 row = run_job(c, base, f"{kind}-{i}", f"{kind}@{FAULT_STEP}@{where}")
@@ -120,6 +114,23 @@ def main() -> int:
     result["load_avg_at_end"] = [round(x, 1) for x in os.getloadavg()]
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"load average at end: {os.getloadavg()}")
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--timing", default="fast", choices=["fast", "production"])
+    p.add_argument("--out", default=str(harness.REPO / "bench" / "results" / "inprocess.json"))
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="rs-bench-inprocess-")
+    os.chmod(work, 0o755)
+    try:
+        result = measure(work, args.repeat, args.timing)
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0

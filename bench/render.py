@@ -245,6 +245,27 @@ def other_md(parts: dict[str, dict[str, Any]]) -> list[str]:
         if st.get("stall_ratio") is not None:
             lines += ["", f"`bench/ckpt_bench.py` (~117 MB state): async stall = "
                       f"{st['stall_ratio']:.1%} of synchronous per save."]
+    ip = parts.get("inprocess")
+    if ip:
+        lines += ["", "### inprocess", "", f"`resilient-launch --inprocess --min-nodes 2` on a "
+                  f"3-node sandbox (timing `{ip['timing']}`), jobs of the unprivileged user, "
+                  f"`train_fsdp.py --inprocess` (soft timeout {ip['soft_timeout_s']:g} s, hard "
+                  f"{ip['hard_timeout_s']:g} s), one job per fault at step {ip['fault_step']} "
+                  f"of {ip['steps']}; measured {ip.get('started')} to {ip.get('finished')}, "
+                  f"load average {ip.get('load_avg_at_start')} at start, "
+                  f"{ip.get('load_avg_at_end')} at end. Recovery: the fault to the first step "
+                  "completed after the in-process restart.", "",
+                  "| fault | rank | recovery s | bound s | lost steps | ranks left out "
+                  "| level 1 restarts | digest = fault-free | met |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in ip["runs"]:
+            rec = r.get("recovery_s")
+            lines.append(f"| {r['fault']} | {r['where']} | "
+                         f"{'none' if rec is None else f'{rec:.2f}'} | "
+                         f"{ip['targets_s'][r['fault']]:g} | {r.get('lost_steps')} | "
+                         f"{r.get('lost_ranks') or '-'} | {r.get('level1_restarts')} | "
+                         f"{'yes' if r.get('digest_equal') else 'no'} | "
+                         f"{'met' if r.get('met') else 'NOT MET'} |")
     return lines
 
 

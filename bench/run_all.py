@@ -16,7 +16,9 @@ never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
   densities ``dense`` (5 faults in 60 steps) and ``sparse`` (one of each in 300 steps);
 * ``cost-curve`` (``bench/cost_curve.py``): resilient-launch's costs at 4..32+ nodes, fitted;
 * ``hooks``: the installed prolog and HealthCheckProgram on a simulated p5 node;
-* ``checkpointing``: async vs synchronous saves without faults, ``bench/ckpt_bench.py``.
+* ``checkpointing``: async vs synchronous saves without faults, ``bench/ckpt_bench.py``;
+* ``inprocess`` (``bench/inprocess_sandbox.py``): ``resilient-launch --inprocess`` on a 3-node
+  sandbox, level 0's recovery per fault (exception, hang, SIGKILL of rank 0) against its bounds.
 
 Goodput everywhere is ``resilient_slurm.goodput``'s (also ``resilient-slurm report`` and the
 demo). The machine's load average is saved with every section.
@@ -49,7 +51,8 @@ from resilient_slurm.events import EventKind  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 # Sections in order of value; each writes bench/results/<section>.json when it completes.
 SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
-            "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "render")
+            "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "inprocess",
+            "render")
 HB_TIMEOUT_S = 20.0  # heartbeat (resilient-launch, ft_launcher) = baseline's collective timeout
 CURVE_SIZES = (4, 8, 16, 32)
 
@@ -193,6 +196,10 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
     elif name == "hooks":
         with harness.sandbox(os.path.join(sub, "sandbox")) as c:
             save(out, name, {"section": name, "load_avg_at_start": load, **hooks_cost(c)})
+    elif name == "inprocess":
+        import inprocess_sandbox
+
+        save(out, name, inprocess_sandbox.measure(sub, repeat=a.repeat))
     elif name == "checkpointing":
         res = {"section": name, "load_avg_at_start": load,
                "checkpointing": ckpt_efficiency(Workload(), sub), "stall": stall_bench()}
@@ -211,6 +218,8 @@ def main() -> int:
                     help=f"comma list of sections ({', '.join(SECTIONS)})")
     ap.add_argument("--sizes", default=",".join(map(str, CURVE_SIZES)),
                     help="cost curve node counts")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="inprocess: how many times each fault is measured")
     ap.add_argument("--curve-profile", default="fast", choices=["fast", "production"])
     ap.add_argument("--heartbeat", type=float, default=HB_TIMEOUT_S,
                     help="heartbeat timeout = the baseline's collective timeout (s)")

@@ -134,3 +134,17 @@ def test_projection_uses_the_cost_curve_for_in_allocation_node_faults() -> None:
     # the curve's smallest size (30 + 0.5 x 4) + (30 - 10) s: production's health interval
     assert row["node"] == {"base_s": 52.0}
     assert row["hang"] == {"base_s": 25.0}  # other classes as measured in the comparison
+
+
+def test_inprocess_section_table() -> None:
+    ip = {"section": "inprocess", "timing": "fast", "soft_timeout_s": 4.0, "hard_timeout_s": 20.0,
+          "fault_step": 7, "steps": 16, "targets_s": {"exception": 2.0, "hang": 6.0,
+                                                       "sigkill": 3.0},
+          "runs": [{"fault": "sigkill", "where": "rank0", "recovery_s": 2.41, "lost_steps": 0,
+                    "lost_ranks": [0], "level1_restarts": 0, "digest_equal": True, "met": True},
+                   {"fault": "hang", "where": "rank2", "recovery_s": None, "lost_steps": None,
+                    "lost_ranks": None, "level1_restarts": 1, "digest_equal": False,
+                    "met": False}]}
+    md = "\n".join(render.other_md({"inprocess": ip}))
+    assert "| sigkill | rank0 | 2.41 | 3 | 0 | [0] | 0 | yes | met |" in md
+    assert "| hang | rank2 | none | 6 | None | - | 1 | no | NOT MET |" in md
