@@ -187,7 +187,7 @@ def _flags_after(name: str, rest: list[str]) -> Iterator[FlagUse]:
         else _click_main(name)
     skip_value = False
     for raw in rest:
-        token = raw.strip("[]()")
+        token = raw.strip("[](),;:")  # prose punctuation around a flag
         if raw in SEGMENT_END or raw.startswith("#") or raw == "--":
             return
         if skip_value:
