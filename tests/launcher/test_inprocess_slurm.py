@@ -60,12 +60,14 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
     1) restarts every node's worker, node3's included, so node3 is back in the step: the
     launcher stops the step at once, blames node3 and goes on without it (no endless level-1
     rounds on a node whose GPU is gone). No requeue, the fault-free digest."""
-    steps = 60
+    # 56 steps of >= 0.3 s between the faults: longer than the health interval (10 s) plus
+    # the launcher's state check (5 s), so the drain is seen before level 1 brings node3 back.
+    steps = 80
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
          "--initial-heartbeat-timeout=180"],
-        ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@30@rank0"],
+        ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@60@rank0"],
         ("--nodelist=node[1-3]",), steps=steps)
     digest = fault_free(3, steps, tmp_path)
     job = wait_job(slurm, jid, timeout=600)
