@@ -144,4 +144,6 @@ class EventTail:
         return self.events
 
 
-WATCHED = frozenset(kind for kind, _ in PATTERNS)
+# What the watch loop tails: the node shims' observations, and the training's ``resume``
+# (level 0's record of the nodes it left out, read by launcher/level0.py).
+WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME})

@@ -29,8 +29,9 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from resilient_slurm.events import EventKind, EventLog, read_events
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import (
     blame,
@@ -268,17 +269,19 @@ class Supervisor:
                        f"--max-restarts {limit}")
             elif time.monotonic() - last_check >= self.cfg.state_check_interval:
                 last_check = time.monotonic()
-                why = self._node_fault(nodes, since)
+                why = self._node_fault(nodes, since, tail.events)
             if why and self.proc.poll() is None:
                 self.log.emit(EventKind.STOP_CYCLE, reason=why)
                 self._stop_step(record_dir)
                 return why
         return ""
 
-    def _node_fault(self, nodes: list[str], since: float) -> str:
+    def _node_fault(self, nodes: list[str], since: float,
+                    events: list[dict[str, Any]]) -> str:
         evs = [blame.NodeEvidence(node=n, slurm_state=s, drain_reason=r if "DRAIN" in s else "")
                for n, (s, r) in evidence.node_states(self.slurm, nodes).items()]
-        bad = self._past_level0(sorted(e.node for e in evs if blame.strong_reasons(e)), since)
+        bad = self._past_level0(sorted(e.node for e in evs if blame.strong_reasons(e)), since,
+                                events)
         if bad:
             return "node fault (slurm state or health hook drain): " + ",".join(bad)
         failed = []
@@ -286,15 +289,17 @@ class Supervisor:
             v = published.read(published.path_for(self.cfg.verdict_path, n))
             if v is not None and v.status == blame.FAIL and v.ts >= since:
                 failed.append(n)
-        failed = self._past_level0(failed, since)
+        failed = self._past_level0(failed, since, events)
         return "health verdict fail: " + ",".join(failed) if failed else ""
 
-    def _past_level0(self, bad: list[str], since: float) -> list[str]:
+    def _past_level0(self, bad: list[str], since: float,
+                     events: list[dict[str, Any]]) -> list[str]:
         """The bad nodes that stop the step: all of them, except under ``--inprocess`` those
-        level 0 left out (recorded once, ``left_out``) or still has time to (launcher/level0)."""
+        level 0 left out (recorded once, ``left_out``) or still has time to (launcher/level0).
+        ``events``: this cycle's, as the watch loop's tail has read them."""
         if self.level0 is None or not bad:
             return bad
-        left = level0.left_out_nodes(read_events(self.events_path), since)
+        left = level0.left_out_nodes(events, since)
         stop, newly = self.level0.split(bad, left, time.monotonic())
         for node in newly:
             self.log.emit(EventKind.LEFT_OUT, node=node, by="level 0 (in-process restart)",
