@@ -22,7 +22,7 @@ def clean(sandbox, slurm):  # type: ignore[no-untyped-def]
                 os.unlink(scen)
         if n.drain or not n.available:
             slurm.resume(n.name)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(
             n.state == "IDLE" and not n.flags for n in slurm.nodes()):
         time.sleep(0.3)

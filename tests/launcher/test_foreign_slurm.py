@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on sys.path
@@ -30,19 +29,6 @@ HEARTBEAT_TIMEOUT = 6
 TOLERANCE_S = 0.5
 FAULT_LINE = re.compile(r"^\[script\] fault=(\w+) step=(\d+) rank=(\d+) t=([\d.]+)", re.M)
 STEP_LINE = re.compile(r"^\[script\] step=(\d+) .*t=([\d.]+)", re.M)
-
-
-@pytest.fixture()
-def idle(sandbox, slurm):  # type: ignore[no-untyped-def]
-    """Every node idle (other tests may drain or leave nodes busy)."""
-    for n in slurm.nodes():
-        if n.drain or not n.available:
-            slurm.resume(n.name)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-            n.state == "IDLE" and not n.flags for n in slurm.nodes()):
-        time.sleep(0.3)
-    return sandbox
 
 
 def submit(sandbox, user, launch: list[str], script: str,  # type: ignore[no-untyped-def]
@@ -104,8 +90,8 @@ def check_recoveries(rep: report.Report, log: str, kinds: dict[str, str]) -> Non
 KINDS = {"exception": "exception", "SIGKILL": "sigkill", "hang": "hang"}
 
 
-def test_foreign_dcp_script_with_faults(slurm, idle, job_user):  # type: ignore[no-untyped-def]
-    jid, work = submit(idle, job_user, ["--max-restarts=3", "--checkpoint-dir={work}/ck"],
+def test_foreign_dcp_script_with_faults(slurm, clean, job_user):  # type: ignore[no-untyped-def]
+    jid, work = submit(clean, job_user, ["--max-restarts=3", "--checkpoint-dir={work}/ck"],
                        "train_dcp.py", ["--steps=20", "--save-dir={work}/ck", "--save-every=5",
                                         "--fault=exception@4:1", "--fault=sigkill@9:0",
                                         "--fault=hang@14:1"])
@@ -134,10 +120,10 @@ def test_foreign_dcp_script_with_faults(slurm, idle, job_user):  # type: ignore[
     assert not any(e["kind"] == "no_progress_signal" for e in evs)
 
 
-def test_foreign_dcp_no_false_verdict(slurm, idle, job_user):  # type: ignore[no-untyped-def]
+def test_foreign_dcp_no_false_verdict(slurm, clean, job_user):  # type: ignore[no-untyped-def]
     """The issue's case: --max-restarts 0, a fault after saves exist. Progress is read from
     the script's own DCP saves, so the failed cycle is requeued, not judged deterministic."""
-    jid, work = submit(idle, job_user, ["--max-restarts=0", "--no-progress-limit=1",
+    jid, work = submit(clean, job_user, ["--max-restarts=0", "--no-progress-limit=1",
                                         "--max-requeues=2", "--checkpoint-dir={work}/ck"],
                        "train_dcp.py", ["--steps=16", "--save-dir={work}/ck", "--save-every=5",
                                         "--fault=exception@12:0"])
@@ -153,11 +139,11 @@ def test_foreign_dcp_no_false_verdict(slurm, idle, job_user):  # type: ignore[no
     assert ("exception", "requeue") in rows, rows
 
 
-def test_foreign_script_without_checkpoint(slurm, idle, job_user):  # type: ignore[no-untyped-def]
+def test_foreign_script_without_checkpoint(slurm, clean, job_user):  # type: ignore[no-untyped-def]
     """No checkpoint, no step reports: no progress signal. The third fault spends the job's
     in-job budget (--max-restarts 2, faults on both nodes): the cycle is stopped and requeued,
     never judged 'no progress' (said in the log), and the rerun completes."""
-    jid, work = submit(idle, job_user, ["--max-restarts=2", "--no-progress-limit=1",
+    jid, work = submit(clean, job_user, ["--max-restarts=2", "--no-progress-limit=1",
                                         "--max-requeues=1"],
                        "train_plain.py", ["--steps=14", "--fault=exception@3:0",
                                           "--fault=sigkill@6:1", "--fault=hang@9:0"])
