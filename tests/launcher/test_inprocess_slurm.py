@@ -26,13 +26,15 @@ from launch_helpers import (  # type: ignore[import-not-found]  # noqa: E402
 )
 
 STEPS = 12
+# Level 1's heartbeat timeouts above level 0's hard timeout (20 s) + 10 s, as the plan requires.
+LAUNCH = ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
+          "--initial-heartbeat-timeout=180"]
 
 
 def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
-        ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
-         "--initial-heartbeat-timeout=180"],
+        LAUNCH,
         ["--inprocess", "--fault=sigkill@4@rank1", "--fault=sigkill@8@rank1"], steps=STEPS)
     digest = fault_free(3, STEPS, tmp_path)
     job = wait_job(slurm, jid, timeout=600)
@@ -65,8 +67,7 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
     steps = 80
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
-        ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
-         "--initial-heartbeat-timeout=180"],
+        LAUNCH,
         ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@60@rank0"],
         ("--nodelist=node[1-3]",), steps=steps)
     digest = fault_free(3, steps, tmp_path)
