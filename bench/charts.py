@@ -44,7 +44,7 @@ def curve_chart(sec: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from render import CURVE_METRICS, metric
+    from curve_metrics import CURVE_METRICS, metric
 
     pts = sorted(sec["points"], key=lambda p: p["nodes"])
     ns = [p["nodes"] for p in pts]

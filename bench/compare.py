@@ -11,6 +11,12 @@ Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
 * ``ft_launcher``: ``srun ft_launcher`` inside the same requeue-on-failure batch script
   (``bench/jobs/ft-launcher.sbatch``);
 * ``resilient-launch``: ``sbatch/fsdp.sbatch``;
+* ``resilient-launch + tiers + 1 spare``: ``sbatch/fsdp.sbatch`` on one node more than the
+  others (``resilient-launch --spares 1``: the same 3 training nodes and a hot spare) and
+  ``train_fsdp.py --memory-tiers`` (a snapshot every step in node memory and on the next node:
+  ``docs/checkpointing.md``; the sandbox's nodes share one host's ``/dev/shm``, so each node
+  gets its own memory folder, and the harness's node fault deletes the lost node's: only the
+  peer's copy can bring its rank back): the best path a user can take, issue 26's mechanism;
 * ``resilient-launch --inprocess``: the same with the three recovery levels
   (``docs/inprocess.md``): ``train_fsdp.py --inprocess`` and ``--min-nodes 2`` (level 0 may
   shrink 3 ranks to 2 from the peer copy). Its soft timeout (a hang's detection) is the
@@ -22,7 +28,7 @@ Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STE
 node fault is made by the harness as a GPU falling off the bus would be: the node's simulated
 hardware turns bad (``xid79``, seen only by the root HealthCheckProgram) and the rank on it
 dies, and a worker started there again fails at start (``bench/gated_train.py``). Nobody
-announces it: each mechanism finds it by its own means. All six jobs run at the same time on
+announces it: each mechanism finds it by its own means. All seven jobs run at the same time on
 disjoint nodes of one sandbox (one thread per rank), so the machine's load drifts alike for all
 of them; the price is CPU contention: while one job waits (a requeue's ``cred_expire``) the
 others get more of the 2 cores, and step times are longer than with one job alone.
@@ -31,6 +37,7 @@ others get more of the 2 cores, and step times are longer than with one job alon
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -39,13 +46,16 @@ from typing import Any
 
 import harness
 from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
+from run_figures import step_median, swap_breakdown, tier_cost, timeline
 
 from resilient_slurm.events import EventKind
 
 TORCH_DEFAULT_PG_TIMEOUT_S = 1800  # torch.distributed default_pg_timeout (30 min)
 INPROCESS = "resilient-launch --inprocess"
+SPARE = "resilient-launch + tiers + 1 spare"
 MECHS = ("srun-torchrun", "resilient-launch (no faults)", "baseline", "ft_launcher",
-         "resilient-launch", INPROCESS)
+         "resilient-launch", SPARE, INPROCESS)
+SPARES = {SPARE: 1}  # hot spares a mechanism's allocation holds beyond the training's nodes
 INPROCESS_HARD_EXTRA_S = 10.0  # level 0's hard timeout = soft timeout (= heartbeat) + this
 INPROCESS_HB_MARGIN_S = 15.0  # level 1's heartbeat timeout = hard timeout + this
 FAULT_FREE = MECHS[:2]
@@ -93,6 +103,8 @@ def train_args(wl: Workload, ckpt: str, faults: bool, mech: str = "", hb: float 
     if mech == INPROCESS:
         args += ["--inprocess", "--soft-timeout", f"{hb:g}",
                  "--hard-timeout", f"{hb + INPROCESS_HARD_EXTRA_S:g}"]
+    if mech == SPARE:
+        args += ["--memory-tiers"]
     if faults:
         for f in wl.schedule():
             if f.type != "node":
@@ -110,6 +122,9 @@ def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, s
         return harness.FSDP_SBATCH, env, ""
     if mech.startswith("resilient-launch"):
         env.update(harness.resilient_env(hb))
+        if mech in SPARES:
+            env["RESILIENT_LAUNCH_ARGS"] = f"--spares {SPARES[mech]} " + \
+                env["RESILIENT_LAUNCH_ARGS"]
         return harness.FSDP_SBATCH, env, ""  # events: <ckpt>/.resilient/events.jsonl
     env["RESILIENT_EVENTS_FILE"] = events
     if mech in ("srun-torchrun", "baseline"):
@@ -161,6 +176,7 @@ class NodeFault:
     lost_dir: str
     script: str = "gated_train.py"
     fired: dict[str, Any] | None = None
+    memory: str = ""  # the job's node-memory folder, "{node}" for the node ("": none)
 
     def poll(self) -> None:
         if self.fired is not None or not os.path.exists(self.events):
@@ -180,6 +196,8 @@ class NodeFault:
         from resilient_slurm.healthcheck.simulate import install_scenario
 
         Path(self.lost_dir, node).touch()
+        if self.memory:  # a lost node's memory is gone with it (the sandbox shares one host)
+            shutil.rmtree(self.memory.format(node=node), ignore_errors=True)
         install_scenario(os.path.join(self.cluster.root, "nodes", node), "xid79")
         pids = worker_pids(self.jid, node, self.script)
         for pid in pids:
@@ -220,13 +238,17 @@ def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lo
         verdicts = os.path.join(c.root, "verdicts", "{node}.json")
         env["RESILIENT_LAUNCH_ARGS"] += f" --verdict-path {verdicts}"
     env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
+    memory = ""
+    if mech in SPARES:  # the sandbox's nodes share this host's /dev/shm: a folder per node
+        memory = env["RESILIENT_TIER1_DIR"] = os.path.join(d, "shm", "{node}")
     t = time.time()
     jid = c.submit_as_user(script, train_args(wl, ckpt, faults, mech, hb),
-                           os.path.join(d, "slurm-%j.out"), env, nodes=wl.nodes)
+                           os.path.join(d, "slurm-%j.out"), env,
+                           nodes=wl.nodes + SPARES.get(mech, 0))
     job = Job(mech, jid, events, d, t, bound)
     node = [f for f in wl.schedule() if f.type == "node"] if faults else []
     if node:
-        job.node_fault = NodeFault(c, jid, node[0].step, events, lost_dir)
+        job.node_fault = NodeFault(c, jid, node[0].step, events, lost_dir, memory=memory)
     print(f"[{harness.stamp()}] {mech}: job {jid} ({script.relative_to(REPO)}), bound "
           f"{bound:.0f} s", flush=True)
     return job
@@ -265,7 +287,11 @@ def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str,
                           sorted(info.excluded) if info else [],
                           submitted=j.submitted, extra=extra)
     out = {**asdict(r), "outcomes": harness.outcome_order(r),
-           "timeline": timeline(j.events, j.submitted, extra)}
+           "timeline": timeline(j.events, j.submitted, extra),
+           "step_s_median": step_median(j.events)}
+    if j.mech in SPARES:
+        out["swap"] = swap_breakdown([*harness.read_events(j.events), *extra]
+                                     if os.path.exists(j.events) else extra)
     if j.mech == "baseline":
         hangs = sum(1 for f in r.faults if f["type"] == "hang")
         extra_wait = hangs * (TORCH_DEFAULT_PG_TIMEOUT_S - hb)
@@ -278,27 +304,16 @@ def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str,
     return out
 
 
-def timeline(events: str, submitted: float, extra: list[dict[str, Any]]
-             ) -> dict[str, list[Any]]:
-    """Step over time since submission (at most ~600 points) and the faults, for the chart."""
-    evs = [*harness.read_events(events), *extra] if os.path.exists(events) else extra
-    prog = sorted((float(e["ts"]) - submitted, int(e["step"])) for e in evs
-                  if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int))
-    keep = prog[::max(1, len(prog) // 600)]
-    faults = sorted((round(float(e["ts"]) - submitted, 1), str(e.get("type"))) for e in evs
-                    if e.get("kind") == EventKind.FAULT and e.get("source") == "training")
-    return {"steps": [[round(t, 1), s] for t, s in keep], "faults": [list(f) for f in faults]}
-
-
-def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 21
-        ) -> dict[str, Any]:
-    """All six mechanisms at the same time, on disjoint nodes of one sandbox (18 nodes for
-    the jobs, 3 spares for requeues)."""
+def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 25,
+        mechs: tuple[str, ...] = MECHS) -> dict[str, Any]:
+    """All seven mechanisms at the same time, on disjoint nodes of one sandbox (22 nodes for
+    the jobs: 3 each, 4 for the one with a hot spare; 3 free nodes for requeues)."""
     wl = workload(density)
     prod = profile == "production"
     bounds = {"srun-torchrun": 1500, "resilient-launch (no faults)": 1500,
               "baseline": 2400 if prod else 1200, "ft_launcher": 1800 if prod else 900,
-              "resilient-launch": 1500 if prod else 720, INPROCESS: 1500 if prod else 720}
+              "resilient-launch": 1500 if prod else 720, INPROCESS: 1500 if prod else 720,
+              SPARE: 1500 if prod else 720}
     res: dict[str, Any] = {
         "section": f"compare-{profile}-{density}", "profile": profile, "density": density,
         "workload": asdict(wl), "schedule": harness.describe_schedule(wl.schedule()),
@@ -310,8 +325,8 @@ def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 21
                                    "hard_timeout_s": hb + INPROCESS_HARD_EXTRA_S,
                                    "heartbeat_timeout_s": hb + INPROCESS_HARD_EXTRA_S
                                    + INPROCESS_HB_MARGIN_S, "min_nodes": 2},
-                     "order": "all 6 jobs at the same time on disjoint nodes, 1 thread per "
-                              "rank"},
+                     "order": f"all {len(mechs)} jobs at the same time on disjoint nodes, 1 "
+                              "thread per rank", "spares": dict(SPARES)},
         "load_avg_at_start": [round(x, 1) for x in os.getloadavg()],
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": []}
     root = os.path.join(work, "sandbox")
@@ -324,10 +339,13 @@ def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 21
         os.chmod(lost, 0o755)
         base = os.path.join(lifecycle.job_user(root).work_dir, "bench")
         lifecycle.make_user_dir(base, lifecycle.job_user(root), mode=0o755)
-        for group in (MECHS,):
+        for group in (mechs,):  # a subset only to look at one mechanism, never for figures
             jobs = [submit(c, m, wl, base, hb, lost, bounds[m]) for m in group]
             wait_all(c, jobs)
             res["runs"] += [summarize(c, j, wl, hb) for j in jobs]
+            ev = {j.mech: j.events for j in jobs}
+            res["tier_cost"] = {m: tier_cost(ev[m], ev[FAULT_FREE[1]])
+                                for m in SPARES if m in ev and FAULT_FREE[1] in ev}
         res["memory"] = lifecycle.memory_summary(root)
     res["load_avg_at_end"] = [round(x, 1) for x in os.getloadavg()]
     res["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.events import EventKind, read_events
+from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import report
 from resilient_slurm.training.faults import Fault, compute_schedule
 
@@ -181,7 +182,15 @@ class Cluster:
 def sandbox(root: str, nodes: int = 4, timing: str = "fast") -> Iterator[Cluster]:
     from resilient_slurm.sandbox import lifecycle
 
-    lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes))
+    paths = lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes))
+    # The mechanisms run side by side, each with its own node fault at the same step: to the
+    # hooks' fleet guard that looks like one shared cause. The faults are independent by
+    # construction, so the guard is off here (docs/hooks.md#fleet-guard).
+    conf = lifecycle.config_path(paths)
+    with open(conf) as fh:
+        text = fh.read().replace("[hooks]\n", "[hooks]\nmax_drain_fraction = 1.0\n"
+                                 "max_drains_per_interval = 0\n", 1)
+    atomic_write(conf, text, mode=0o644)
     try:
         yield Cluster(root, nodes)
     finally:
@@ -247,6 +256,7 @@ class Follower:
             self.line(f"launcher: {e.get('type')} (rc {e.get('rc')}) {e.get('detail', '')}")
         elif k == EventKind.RESUME and src == "training":
             how = "fresh start" if e.get("fresh") else f"resumed from step {e.get('step')}"
+            how += f" ({e['tier']})" if e.get("tier") else ""
             self.last_step = -1
             self.line(f"training {how}: world {e.get('world_size')}, restart "
                       f"{e.get('restart')}, requeue {e.get('requeue') or 0}")
@@ -264,6 +274,9 @@ class Follower:
             self.hang_ts = float(e.get("ts", 0))
             self.line(f"ft_launcher on {e.get('node')}: no heartbeat from rank {e.get('rank')} "
                       f"for {e.get('waited_s')} s: hang detected, restarting in-job")
+        elif k == EventKind.SPARE and e.get("node"):
+            self.line(f"launcher: SPARE {e.get('node')} in for {e.get('out')} (its verdict: "
+                      f"{e.get('health')}); {len(e.get('spares_left') or [])} spare(s) left")
         elif k == EventKind.EXCLUDE:
             self.line(f"launcher: EXCLUDE {e.get('node')} ({e.get('mode')})")
         elif k == EventKind.RELEASE:

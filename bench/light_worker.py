@@ -18,7 +18,7 @@ import time
 
 from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
 
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import EventKind, EventLog, TrainingResume
 from resilient_slurm.launcher.progress import report_step
 
 
@@ -45,9 +45,10 @@ def main() -> int:
     ev = os.environ.get("RESILIENT_EVENTS_FILE")
     if rank == 0 and ev:
         EventLog(ev, "training", node=os.environ.get("SLURMD_NODENAME")).emit(
-            EventKind.RESUME, step=start, fresh=start == 0, rank=0,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")),
-            requeue=os.environ.get("SLURM_RESTART_COUNT", "0"))
+            EventKind.RESUME, **TrainingResume(
+                step=start, fresh=start == 0, rank=0,
+                world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                requeue=os.environ.get("SLURM_RESTART_COUNT", "0")))
     for step in range(start + 1, a.steps + 1):
         time.sleep(a.step_time)
         ft.send_heartbeat()

@@ -23,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
 import harness  # noqa: E402
+import run_figures  # noqa: E402
 from render import render_all  # noqa: E402
 
 from resilient_slurm.events import EventKind  # noqa: E402
@@ -83,7 +84,7 @@ def main() -> int:
         r = harness.summarize(mech, jid, events, "COMPLETED", False, end[jid] - sub[jid], sched,
                               requeues, excluded, submitted=sub[jid], extra=extra)
         out: dict[str, Any] = {**compare.asdict(r), "outcomes": harness.outcome_order(r),
-                               "timeline": compare.timeline(events, sub[jid], extra)}
+                               "timeline": run_figures.timeline(events, sub[jid], extra)}
         if mech == "baseline":
             hangs = sum(1 for f in r.faults if f["type"] == "hang")
             wall = r.wall_s + hangs * (compare.TORCH_DEFAULT_PG_TIMEOUT_S - a.hb)

@@ -8,12 +8,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from curve_metrics import CURVE_METRICS, metric  # noqa: F401 - run_all reads them here
+
 REF = "srun-torchrun"
 RL = "resilient-launch"
 RL_FREE = "resilient-launch (no faults)"
 INPROCESS = "resilient-launch --inprocess"
+SPARE = "resilient-launch + tiers + 1 spare"
+SPARE_NODE_BOUND_S = 15.0  # issue 26: a node fault with a spare in < 15 s, 0 lost steps
+TIER_COST_BOUND = 0.05  # issue 26: the tiers cost <= 5% of the fault-free step time
 PROCESS = ("exception", "sigkill")
 DELTA_ASSUMED_S = 30.0  # checkpoint cost of a large model's save to training (an assumption)
+STEP_S_ASSUMED = 5.0  # a training step at 16,384 GPUs (memory tiers' lost work; assumed)
+SPARES_AT_SCALE = 4  # hot spares a 2,048-node job would hold (assumed; the bench holds 1)
+REPAIR_H_ASSUMED = 4.0  # a faulted node is back in the spare pool after this (assumed)
 
 
 def load(out: Path) -> dict[str, dict[str, Any]]:
@@ -75,6 +83,15 @@ def compare_md(name: str, sec: dict[str, Any]) -> list[str]:
         o = overhead(ref, runs[RL_FREE])
         lines += ["", f"resilient-launch's fault-free overhead against plain `srun torchrun`: "
                   f"wall {o['wall']:+.1%}, goodput {o['goodput']:+.1%} (relative)."]
+    for r in sec["runs"]:
+        w = r.get("swap")
+        if w:
+            lines += ["", f"Spare swap ({r['mechanism']}), the node fault to the first step "
+                      f"after it, {w.get('total_s', '?')} s: detection and blame "
+                      f"{w['fault_to_blame_s']} s, blame to the new cycle on the spare "
+                      f"{w['blame_to_cycle_start_s']} s, the new cycle to its first step "
+                      f"{w.get('cycle_start_to_first_step_s', '?')} s (interpreters, imports, "
+                      "rendezvous, tier load: the part a pre-warmed standby would shorten)."]
     return lines
 
 
@@ -108,6 +125,7 @@ def targets(sec: dict[str, Any]) -> list[dict[str, Any]]:
                               f"{hb:g} s heartbeat timeout)",
                     "value": f"worst {worst:.1f} s" if worst is not None else "n/a",
                     "met": worst is not None and worst <= 10})
+    out += spare_targets(runs.get(SPARE), free, (sec.get("tier_cost") or {}).get(SPARE))
     ip = runs.get(INPROCESS)
     soft = (sec["settings"].get("inprocess") or {}).get("soft_timeout_s")
     if ip and soft is not None:
@@ -129,14 +147,66 @@ def targets(sec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def spare_targets(sp: dict[str, Any] | None, free: dict[str, Any] | None,
+                  measured: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Issue 26's targets, from the tiers + spare run of the same comparison (the tier cost:
+    ``measured``, run_figures.tier_cost over the window both runs trained in, else the runs'
+    whole medians)."""
+    if not sp:
+        return []
+    out = []
+    node = [f for f in sp["faults"] if f["type"] == "node"]
+    swapped = [f for f in node if str(f["handled_by"]).startswith("spare")]
+    worst = max((f["recovery_s"] if f["recovery_s"] is not None else float("inf")
+                 for f in node), default=None)
+    lost = sum(f["lost_steps"] or 0 for f in node)
+    out.append({"target": f"tiers + spare: node fault taken by the spare in < "
+                          f"{SPARE_NODE_BOUND_S:g} s with 0 lost steps",
+                "value": "n/a" if worst is None else
+                f"worst {worst:.1f} s, {lost} lost steps, {len(swapped)} of {len(node)} by the "
+                "spare", "met": bool(node) and len(swapped) == len(node)
+                and worst is not None and worst < SPARE_NODE_BOUND_S and lost == 0})
+    for kind in PROCESS:
+        got = [f for f in sp["faults"] if f["type"] == kind]
+        lost = sum(f["lost_steps"] or 0 for f in got)
+        done = all(f["recovery_s"] is not None for f in got)
+        out.append({"target": f"tiers + spare: {kind} resumed with 0 lost steps (tier 1)",
+                    "value": f"{lost} lost steps" + ("" if done else ", not recovered")
+                    if got else "n/a", "met": bool(got) and done and lost == 0})
+    cost, mine, ref, how = tier_figure(sp, free, measured)
+    out.append({"target": f"tiers + spare: tier cost <= {TIER_COST_BOUND:.0%} of the fault-free "
+                          f"step time ({how})",
+                "value": "n/a" if cost is None else
+                f"{cost:+.1%} ({mine * 1e3:.0f} ms against {ref * 1e3:.0f} ms)",
+                "met": cost is not None and cost <= TIER_COST_BOUND})
+    return out
+
+
+def tier_figure(sp: dict[str, Any], free: dict[str, Any] | None,
+                measured: dict[str, Any] | None) -> tuple[float | None, Any, Any, str]:
+    """The tiers' per-step cost of the spare row: ``measured`` (run_figures.tier_cost, over the
+    window both runs trained in) when there, else the two runs' whole-run medians; (cost, the
+    row's step, the fault-free step, how it was taken)."""
+    if measured:
+        how = (f"median step over the {measured['window_s']:g} s both trained in, "
+               f"{measured['steps'][0]} and {measured['steps'][1]} steps")
+        return (float(measured["cost"]), measured["with_tiers_median_s"],
+                measured["fault_free_median_s"], how)
+    mine, ref = sp.get("step_s_median"), (free or {}).get("step_s_median")
+    return (mine / ref - 1 if mine and ref else None), mine, ref, "median step, same run"
+
+
+def fault_class(f: dict[str, Any]) -> str:
+    return "process" if f["type"] in PROCESS else str(f["type"])
+
+
 def recovery_by_class(r: dict[str, Any]) -> dict[str, float] | None:
     """Mean fault -> resumed training per fault class; None when a fault was never recovered."""
     got: dict[str, list[float]] = {}
     for f in r["faults"]:
         if f["recovery_s"] is None:
             return None
-        cls = "process" if f["type"] in PROCESS else f["type"]
-        got.setdefault(cls, []).append(float(f["recovery_s"]))
+        got.setdefault(fault_class(f), []).append(float(f["recovery_s"]))
     return {c: statistics.mean(v) for c, v in got.items()}
 
 
@@ -158,7 +228,9 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         if rec is None or set(rec) != {"node", "process", "hang"}:
             notes.append(f"{r['mechanism']}: a fault class never recovered or missing; left out")
             continue
-        mechs[r["mechanism"]] = {c: {"base_s": round(v, 1)} for c, v in rec.items()}
+        lost = lost_by_class(r)
+        mechs[r["mechanism"]] = {c: {"base_s": round(v, 1), "lost_steps": lost.get(c)}
+                                 for c, v in rec.items()}
         if r["mechanism"] == "baseline":
             slow = dict(rec, hang=rec["hang"] + (1800 - hb))
             mechs["baseline (torch default timeout)"] = {
@@ -171,7 +243,7 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         extra = max(0.0, 30.0 - hi)  # production's HealthCheckInterval is 30 s
         cost = float(metric(small, "in-allocation", "fault_to_resumed_s") or 0) + extra
         mechs[f"{RL} (node faults in-allocation)"] = {**mechs[RL], "node": {"base_s": round(
-            cost, 1)}}
+            cost, 1)}}  # its lost work: not measured there (half an interval)
         notes.append(f"'{RL} (node faults in-allocation)': node faults recovered by an elastic "
                      f"relaunch without the node (--min-nodes below the job's size): the cost "
                      f"curve's {small['nodes']}-node figure + {extra:g} s (production's 30 s "
@@ -180,26 +252,44 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         notes.append("costs held constant with job size for every mechanism: the cost curve's "
                      "growth on one 2-core host is process start-up sharing the cores, which a "
                      "cluster's nodes do in parallel, so it is not extrapolated")
+    options: dict[str, Any] = {}
+    sp, free = by_mech(sec).get(SPARE), by_mech(sec).get(RL_FREE)
+    if SPARE in mechs and RL in mechs and sp:
+        cost = tier_figure(sp, free, (sec.get("tier_cost") or {}).get(SPARE))[0]
+        tier = None if cost is None else max(0.0, cost)
+        if tier is None and parts.get("tiers"):
+            tier = float(parts["tiers"]["overhead"])
+        options[SPARE] = {
+            "memory_tiers": True, "tier_cost": round(tier or 0.0, 4), "spares": SPARES_AT_SCALE,
+            "fallback": RL, "unmeasured": [
+                f"{SPARES_AT_SCALE} spares at scale, a faulted node back after "
+                f"{REPAIR_H_ASSUMED:g} h", f"step time at scale {STEP_S_ASSUMED:g} s"]
+            + ([] if tier is not None else ["tier cost"])}
+        stall = ((parts.get("checkpointing") or {}).get("stall") or {}).get("overhead_ratio")
+        if stall:  # its durable tier is an async save: what training pays of a sync one
+            options[SPARE]["delta_s"] = round(DELTA_ASSUMED_S * float(stall), 2)
+            notes.append(f"'{SPARE}': its durable save is asynchronous (tier 3): delta "
+                         f"{DELTA_ASSUMED_S:g} s x {float(stall):.1%}, the async/sync stall "
+                         "ratio bench/ckpt_bench.py measured (loop overhead included)")
+        notes.append(f"'{SPARE}': tier cost {tier or 0:.1%} = its median step against "
+                     f"'{RL_FREE}''s while both trained (CPU, this machine); the spare's "
+                     f"node-fault cost and lost steps are the run's; {SPARES_AT_SCALE} spares and "
+                     f"{REPAIR_H_ASSUMED:g} h repair at scale are assumed")
     return {"source": f"bench/results/{name}.json ({sec.get('started', '?')})",
             "delta_s": DELTA_ASSUMED_S, "delta_note": "assumed, not measured",
-            "mechanisms": mechs, "notes": notes}
+            "mechanisms": mechs, "notes": notes, "options": options,
+            "interval_steps": int(sec["workload"]["checkpoint_every"]),
+            "step_s": STEP_S_ASSUMED, "repair_h": REPAIR_H_ASSUMED if options else None}
 
 
-CURVE_METRICS = (("in-allocation", "submit_to_first_step_s", "submission -> first step"),
-                 ("in-allocation", "fault_to_blame_s", "node fault -> blame (evidence gathered)"),
-                 ("in-allocation", "fault_to_resumed_s", "node fault -> resumed, in-allocation"),
-                 ("by requeue", "fault_to_resumed_s", "node fault -> resumed, by requeue"),
-                 ("in-allocation", "rpc.hooks_per_node_per_interval",
-                  "hooks' node RPCs per healthy node per health interval"),
-                 ("in-allocation", "rpc.job_user_per_interval",
-                  "launcher's (job user's) RPCs per health interval"))
-
-
-def metric(point: dict[str, Any], mode: str, key: str) -> float | None:
-    cur: Any = point.get(mode, {})
-    for k in key.split("."):
-        cur = cur.get(k) if isinstance(cur, dict) else None
-    return float(cur) if isinstance(cur, (int, float)) else None
+def lost_by_class(r: dict[str, Any]) -> dict[str, float]:
+    """Mean steps lost per fault of each class (the newest state resumed from against the
+    highest step reached before the fault)."""
+    got: dict[str, list[float]] = {}
+    for f in r["faults"]:
+        if f.get("lost_steps") is not None:
+            got.setdefault(fault_class(f), []).append(float(f["lost_steps"]))
+    return {c: round(statistics.mean(v), 2) for c, v in got.items()}
 
 
 def curve_md(sec: dict[str, Any]) -> list[str]:
@@ -245,6 +335,12 @@ def other_md(parts: dict[str, dict[str, Any]]) -> list[str]:
         if st.get("stall_ratio") is not None:
             lines += ["", f"`bench/ckpt_bench.py` (~117 MB state): async stall = "
                       f"{st['stall_ratio']:.1%} of synchronous per save."]
+    tiers = parts.get("tiers")
+    if tiers:
+        import tier_bench
+
+        lines += ["", "### tiers", "", f"`python bench/tier_bench.py` (saved {tiers.get('saved')})"
+                  ":", "", "```", tier_bench.render(tiers), "```"]
     ip = parts.get("inprocess")
     if ip:
         lines += ["", "### inprocess", "", f"`resilient-launch --inprocess --min-nodes 2` on a "
@@ -296,13 +392,20 @@ def render_all(out: Path) -> str:
                   "|---|---|---|---|"]
         lines += [f"| {t['section']} | {t['target']} | {t['value']} | "
                   f"{'met' if t['met'] else 'NOT MET'} |" for t in all_targets]
+    if "tiers" in parts:
+        x = parts["tiers"]["overhead"]
+        all_targets.append({"section": "tiers", "target": "memory tiers' cost <= 5% of the "
+                            "fault-free step time", "value": f"{x:.1%}", "met": x <= 0.05})
     inp = plan_inputs(parts)
     if inp and inp["mechanisms"]:
         (out / "plan-inputs.json").write_text(json.dumps(inp, indent=1) + "\n")
         shares = {"node": pj.LLAMA3["hardware_share"], "hang": 0.1,
                   "process": round(1 - pj.LLAMA3["hardware_share"] - 0.1, 9)}
         costs, delta, src = pj.costs_from_json(json.dumps(inp))
-        i = pj.Inputs(pj.llama3_rate(), shares, delta or DELTA_ASSUMED_S, costs, 8, src)
+        extra: Any = pj.extras_from_json(json.dumps(inp))
+        i = pj.Inputs(pj.llama3_rate(), shares, delta or DELTA_ASSUMED_S, costs, 8, src,
+                      **extra)
+        i.check()
         rows = [r for g in (1024, 4096, 16384) for r in pj.project(i, g)]
         text = pj.render(rows, i)
         (out / "projection.txt").write_text(text + "\n")

@@ -17,6 +17,8 @@ never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
 * ``cost-curve`` (``bench/cost_curve.py``): resilient-launch's costs at 4..32+ nodes, fitted;
 * ``hooks``: the installed prolog and HealthCheckProgram on a simulated p5 node;
 * ``checkpointing``: async vs synchronous saves without faults, ``bench/ckpt_bench.py``;
+* ``tiers`` (``bench/tier_bench.py``): the memory tiers' per-step cost against the fault-free
+  step, 2 ranks on 2 simulated nodes, and the memory each tier holds;
 * ``inprocess`` (``bench/inprocess_sandbox.py``): ``resilient-launch --inprocess`` on a 3-node
   sandbox, level 0's recovery per fault (exception, hang, SIGKILL of rank 0) against its bounds.
 
@@ -52,7 +54,7 @@ RESULTS = REPO / "bench" / "results"
 # Sections in order of value; each writes bench/results/<section>.json when it completes.
 SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
             "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "inprocess",
-            "render")
+            "tiers", "render")
 HB_TIMEOUT_S = 20.0  # heartbeat (resilient-launch, ft_launcher) = baseline's collective timeout
 CURVE_SIZES = (4, 8, 16, 32)
 
@@ -204,6 +206,11 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
         res = {"section": name, "load_avg_at_start": load,
                "checkpointing": ckpt_efficiency(Workload(), sub), "stall": stall_bench()}
         save(out, name, res)
+    elif name == "tiers":
+        import tier_bench
+
+        save(out, name, {"section": name, "load_avg_at_start": load,
+                         **tier_bench.run(tier_bench.parse([]))})
     elif name == "render":
         render_all(out)
     else:

@@ -2,6 +2,7 @@
 
 New Xids since the prolog's saved kernel-log position, GPU processes left behind, GPU memory
 not released; after a failed job, optionally a deeper DCGM diagnostic. Drains on failure.
+Then removes the job's memory-tier snapshots from node memory (:mod:`memtier`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
+from resilient_slurm.epilog import memtier
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded, job_file
@@ -46,10 +48,19 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
             deep_cfg = runner.with_health(config, dcgm_diag_level=hook_settings.epilog_diag_level,
                                           dcgm_diag_timeout_s=budget,
                                           watchdog_s=budget + 1.0)
-            deep = check(deep_cfg, ctx, "epilog", budget + 1.0, only=["dcgm_diag"])
+            deep = check(deep_cfg, ctx, "epilog", budget + 1.0, only=["dcgm_diag"],
+                         gpu_indices=ctx.gpus)  # dcgmi diag -i <the job's GPUs>
             report.results.extend(deep.results)
         runner.record(config, ctx, "epilog", report, events, job_exit_code=ctx.exit_code)
-        status = runner.act(config, ctx, report, events, may_resume=False, source="epilog")
+        status = runner.act(config, ctx, report, events, may_resume=False, source="epilog",
+                            scope=ctx.gpus)
+        try:
+            done = memtier.remove_job_snapshots(hook_settings.memory_tier_dir, ctx.job_id,
+                                                memtier.job_uid(os.environ))
+            if done and not done.startswith("removed"):
+                runner.warn("epilog", "memory-tier snapshots", done)
+        except OSError as exc:
+            runner.warn("epilog", "memory-tier snapshots", exc)
         if path is not None:
             try:
                 os.unlink(path)

@@ -1,19 +1,20 @@
 """Pure evaluation of a GPU snapshot: ``evaluate_<check>(snap, ctx) -> list[Result]``.
 
 NVML unreachable (init failure, hang, error) makes every GPU check ``unknown`` (``GPU_IS_LOST``
-makes it ``fail``); a per-field ``NOT_SUPPORTED`` is judged per check (ECC off on a datacenter
-GPU warns; retired pages on Ampere+ are not applicable).
+makes it ``fail``); a per-field ``NOT_SUPPORTED`` is judged per check (retired pages on Ampere+
+are not applicable; ECC counters missing mean ECC is off: a warning, a failure where the
+profile has ``require_ecc``), and is ``unknown`` for any field the profile lists in
+``nvml_required`` (the node class must answer it: silence is not health).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
 from .gpu import GpuInfo, GpuSnapshot
+from .gpu_judge import _field_error, _r, _unusable, per_gpu
 from .model import FAIL, OK, UNKNOWN, WARN, Result
 from .registry import EPILOG, EVERY_SET, PERIODIC, PROLOG, declare
 
@@ -24,6 +25,8 @@ CLOCK_HW_SLOWDOWN = 0x8
 CLOCK_SW_THERMAL = 0x20
 CLOCK_HW_THERMAL = 0x40
 CLOCK_HW_POWER_BRAKE = 0x80
+# A GPU at or above this utilisation (%) is busy: its PCIe link must run at full width.
+PCIE_BUSY_UTIL_PCT = 10
 RECOVERY = {0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
             2: ("reboot", "node reboot required"), 3: ("drain", "drain P2P"),
             4: ("reset_gpu", "drain P2P and reset GPU"), 5: ("drain", "recover IMEX domain"),
@@ -34,93 +37,6 @@ RECOVERY = {0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
 class GpuContext:
     cfg: HealthConfig
     profile: ProfileSpec
-
-
-Judge = Callable[[GpuInfo, Any], "Result | None"]
-
-
-def _unusable(check: str, snap: GpuSnapshot) -> list[Result]:
-    lost = "GPU_IS_LOST" in snap.error
-    if snap.state == "timeout":
-        return [Result(check, UNKNOWN, "NVML_TIMEOUT", snap.describe_failure(), snap.hung_call)]
-    if snap.state == "init_error":
-        code = "NVML_" + (snap.error.split(":")[0].split()[0] or "INIT")
-        return [Result(check, UNKNOWN, code[:32], snap.describe_failure(), snap.error)]
-    return [Result(check, FAIL if lost else UNKNOWN, "GPU_LOST" if lost else "NVML_ERROR",
-                   snap.describe_failure(), snap.error, action="reboot" if lost else None)]
-
-
-def _field_error(check: str, gpu: GpuInfo, field: str, error: str) -> Result:
-    dev = f"gpu{gpu.index}"
-    if error in ("GPU_IS_LOST", "GPU_NOT_FOUND"):
-        return Result(check, FAIL, "GPU_LOST", f"{dev} is lost ({error} reading {field})",
-                      f"{dev} {gpu.pci} {error}", action="reboot", device=dev)
-    if error == "RESET_REQUIRED":
-        return Result(check, FAIL, "GPU_RESET_REQUIRED", f"{dev} needs a reset (NVML)",
-                      f"{dev} {gpu.pci} {error}", action="reset_gpu", device=dev)
-    return Result(check, UNKNOWN, f"NVML_{error}"[:32], f"{dev}: NVML {error} reading {field}",
-                  f"{dev} {gpu.pci} {field}: {error}", device=dev)
-
-
-def per_gpu(check: str, snap: GpuSnapshot, field: str, judge: Judge, ok_reason: str,
-            not_supported: Result | None = None) -> list[Result]:
-    """Run ``judge`` on each GPU's ``field``; one ok result when nothing was found."""
-    if not snap.usable:
-        return _unusable(check, snap)
-    found: list[Result] = []
-    for gpu in snap.gpus:
-        if gpu.lost:  # gpu_count fails it; here it simply could not be checked
-            found.append(Result(check, UNKNOWN, "GPU_LOST", f"gpu{gpu.index}: not checked (lost)",
-                                f"gpu{gpu.index} {gpu.pci} {gpu.lost}", device=f"gpu{gpu.index}"))
-            continue
-        err = gpu.errors.get(field)
-        if err == "NOT_SUPPORTED":
-            if not_supported is not None:
-                found.append(Result(check, not_supported.status, not_supported.code,
-                                    f"gpu{gpu.index}: {not_supported.reason}",
-                                    f"gpu{gpu.index} {gpu.pci}", device=f"gpu{gpu.index}"))
-            continue
-        if err:
-            found.append(_field_error(check, gpu, field, err))
-            continue
-        if field not in gpu.values:
-            continue
-        r = judge(gpu, gpu.values[field])
-        if r is not None:
-            found.append(r)
-    return found or [Result(check, OK, "OK", ok_reason, values_seen(snap, field))]
-
-
-_SHOW: dict[str, Callable[[Any], str]] = {
-    "ecc": lambda v: f"volatile={v[0]} aggregate={v[1]}",
-    "remapped_rows": lambda v: f"correctable={v[0]} uncorrectable={v[1]} pending={v[2]} "
-                               f"failure={v[3]}",
-    "retired_pages": lambda v: f"dbe_pages={v[0]} pending={v[1]}",
-    "clock_reasons": lambda v: f"0x{int(v):x}",
-    "temperature": lambda v: f"{v}C",
-    "nvlink": lambda v: f"{sum(1 for up in v if up)}/{len(v)} up",
-    "pcie": lambda v: f"gen{v[0]} x{v[1]} (max gen{v[2]} x{v[3]})",
-}
-
-
-def values_seen(snap: GpuSnapshot, field: str) -> str:
-    """What NVML said for ``field`` on each GPU (``clock_reasons: gpu0 0x1; gpu1 0x1``): an ok
-    result's evidence, so a report shows the values it judged, not only the verdict."""
-    show = _SHOW.get(field, str)
-    parts = []
-    for gpu in snap.gpus:
-        if field in gpu.values:
-            parts.append(f"gpu{gpu.index} {show(gpu.values[field])}")
-        elif field in gpu.errors:
-            parts.append(f"gpu{gpu.index} {gpu.errors[field]}")
-    return f"{field}: " + "; ".join(parts) if parts else ""
-
-
-def _r(check: str, status: str, code: str, gpu: GpuInfo, reason: str, detail: str = "",
-       action: str | None = None) -> Result:
-    dev = f"gpu{gpu.index}"
-    return Result(check, status, code, f"{dev}: {reason}", f"{dev} {gpu.pci} {detail}".strip(),
-                  action=action, device=dev)
 
 
 @declare("gpu_count", "nvml", EVERY_SET, fields=(), context="gpu")
@@ -150,9 +66,11 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                           f"(driver {snap.driver})", f"count={have}")]
 
 
-@declare("ecc", "nvml", EVERY_SET, fields=("ecc",), context="gpu")
+@declare("ecc", "nvml", EVERY_SET, fields=("ecc", "ecc_mode"), context="gpu")
 def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
-    cfg = ctx.cfg
+    """Uncorrectable ECC counts; with ``require_ecc``, ECC mode must be on (current and
+    pending: a pending change applies at the next reset)."""
+    cfg, need = ctx.cfg, ctx.profile.require_ecc
 
     def judge(gpu: GpuInfo, value: tuple[int, int]) -> Result | None:
         vol, agg = value
@@ -168,8 +86,30 @@ def evaluate_ecc(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       "over its lifetime", f"volatile={vol} aggregate={agg}")
         return None
 
-    return per_gpu("ecc", snap, "ecc", judge, "no uncorrectable ECC errors",
-                   not_supported=Result("ecc", WARN, "ECC_DISABLED", "ECC not enabled"))
+    off = (Result("ecc", FAIL, "ECC_DISABLED", "ECC is off (NVML has no ECC counters); the "
+                  "profile requires ECC (nvidia-smi -e 1, then a GPU reset)", action="drain")
+           if need else Result("ecc", WARN, "ECC_DISABLED", "ECC not enabled"))
+    found = per_gpu("ecc", snap, "ecc", judge, "no uncorrectable ECC errors", not_supported=off,
+                    profile=ctx.profile)
+    if not need or not snap.usable:
+        return found
+    failed = {r.device for r in found if r.code == "ECC_DISABLED"}
+
+    def mode(gpu: GpuInfo, value: tuple[bool, bool]) -> Result | None:
+        current, pending = value
+        if f"gpu{gpu.index}" in failed or (current and pending):
+            return None
+        return _r("ecc", FAIL, "ECC_DISABLED", gpu, "ECC mode is off" + (
+            "" if not current else " after the next reset (pending)") + "; the profile "
+            "requires ECC", f"ecc_mode current={current} pending={pending}", action="drain")
+
+    modes = per_gpu("ecc", snap, "ecc_mode", mode, "", profile=ProfileSpec(
+        nvml_required=["ecc_mode"]))  # require_ecc: an unreadable ECC mode is unknown
+    extra = [r for r in modes if r.status != OK and r.device not in failed
+             and r.code != "GPU_LOST"]  # a lost GPU is reported once, above
+    if not extra:
+        return found
+    return [r for r in found if r.status != OK] + extra
 
 
 @declare("row_remap", "nvml", EVERY_SET, fields=("remapped_rows",), context="gpu")
@@ -185,7 +125,8 @@ def evaluate_row_remap(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       "reset applies it", detail, action="reset_gpu")
         return None
 
-    return per_gpu("row_remap", snap, "remapped_rows", judge, "no failed or pending row remaps")
+    return per_gpu("row_remap", snap, "remapped_rows", judge, "no failed or pending row remaps",
+                   profile=ctx.profile)
 
 
 @declare("retired_pages", "nvml", (PERIODIC,), fields=("retired_pages",), context="gpu")
@@ -203,7 +144,8 @@ def evaluate_retired_pages(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
         return None
 
     return per_gpu("retired_pages", snap, "retired_pages", judge,
-                   "no pending page retirement (not applicable where row remapping is used)")
+                   "no pending page retirement (not applicable where row remapping is used)",
+                   profile=ctx.profile)
 
 
 @declare("clocks", "nvml", (PERIODIC,), fields=("clock_reasons",), context="gpu")
@@ -220,7 +162,8 @@ def evaluate_clocks(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       f"reasons=0x{bits:x}")
         return None
 
-    return per_gpu("clocks", snap, "clock_reasons", judge, "no hardware clock slowdown")
+    return per_gpu("clocks", snap, "clock_reasons", judge, "no hardware clock slowdown",
+                   profile=ctx.profile)
 
 
 @declare("temperature", "nvml", (PERIODIC,), fields=("temperature",), context="gpu")
@@ -240,7 +183,8 @@ def evaluate_temperature(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       f"{cfg.temperature_warn_c:g} C)", f"temp={temp}C")
         return None
 
-    return per_gpu("temperature", snap, "temperature", judge, "temperatures within limits")
+    return per_gpu("temperature", snap, "temperature", judge, "temperatures within limits",
+                   profile=ctx.profile)
 
 
 @declare("nvlink", "nvml", (PROLOG, PERIODIC), fields=("nvlink",), context="gpu")
@@ -257,11 +201,26 @@ def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
 
     ns = Result("nvlink", FAIL, "NVLINK_DOWN", f"NVLink not supported, profile expects {want}")
     return per_gpu("nvlink", snap, "nvlink", judge, f"NVLinks up ({want or 'any'} per GPU)",
-                   not_supported=ns if want else None)
+                   not_supported=ns if want else None, profile=ctx.profile)
 
 
-@declare("pcie", "nvml", (PERIODIC,), fields=("pcie", "clock_reasons"), context="gpu")
+def busy(gpu: GpuInfo) -> bool | None:
+    """Is the GPU working (True), idle (False) or can we not tell (None)? Utilisation at or
+    above ``PCIE_BUSY_UTIL_PCT`` is busy; below it, or NVML's idle clock reason, is idle."""
+    util, bits = gpu.values.get("utilization"), gpu.values.get("clock_reasons")
+    if isinstance(bits, int) and bits & CLOCK_IDLE:
+        return False
+    if isinstance(util, (int, float)):
+        return util >= PCIE_BUSY_UTIL_PCT
+    return True if isinstance(bits, int) else None
+
+
+@declare("pcie", "nvml", (PERIODIC,), fields=("pcie", "clock_reasons", "utilization"),
+         context="gpu")
 def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
+    """The link can do what the profile expects; a *busy* GPU's link runs at its full width
+    (an idle GPU may drop width as well as generation to save power, so it is not judged).
+    Below width while busy fails on a profile that states ``pcie_width``, else warns."""
     p = ctx.profile
 
     def judge(gpu: GpuInfo, value: tuple[int, int, int, int]) -> Result | None:
@@ -271,15 +230,24 @@ def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
             return _r("pcie", FAIL, "PCIE_DEGRADED", gpu, f"link capable of gen{max_gen} "
                       f"x{max_w}, profile expects gen{p.pcie_gen} x{p.pcie_width}", detail,
                       action="drain")
-        idle = int(gpu.values.get("clock_reasons") or 0) & CLOCK_IDLE
-        if cur_w < max_w and not idle:
-            # Width does not drop at idle (generation does, to save power): a narrow link
-            # is a degraded one.
-            return _r("pcie", WARN, "PCIE_WIDTH", gpu, f"link running x{cur_w} of x{max_w}",
-                      detail)
-        return None
+        if cur_w >= max_w:
+            return None
+        working = busy(gpu)
+        util = gpu.values.get("utilization")
+        load = f"{detail}; utilization={util}% clock_reasons={gpu.values.get('clock_reasons')}"
+        if working is None:
+            return _r("pcie", UNKNOWN, "PCIE_WIDTH_UNJUDGED", gpu, f"link running x{cur_w} of "
+                      f"x{max_w} and NVML cannot say whether the GPU is busy", load)
+        if not working:
+            return None  # idle: a power-saving downtrain is allowed
+        if p.pcie_width:
+            return _r("pcie", FAIL, "PCIE_WIDTH", gpu, f"busy GPU's link running x{cur_w} of "
+                      f"x{max_w}", load, action="drain")
+        return _r("pcie", WARN, "PCIE_WIDTH", gpu, f"busy GPU's link running x{cur_w} of "
+                  f"x{max_w}", load)
 
-    return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width")
+    return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width",
+                   profile=p)
 
 
 @declare("fabric", "nvml", (PROLOG, PERIODIC), fields=("fabric",), context="gpu")
@@ -295,7 +263,7 @@ def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
 
     ns = Result("fabric", FAIL, "FABRIC_NOT_READY", "fabric state not supported by the driver")
     return per_gpu("fabric", snap, "fabric", judge, "GPU fabric registration completed",
-                   not_supported=ns)
+                   not_supported=ns, profile=ctx.profile)
 
 
 @declare("recovery_action", "nvml", EVERY_SET, fields=("recovery_action",), context="gpu")
@@ -308,7 +276,7 @@ def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]
                   f"recovery_action={value}", action=action)
 
     return per_gpu("recovery_action", snap, "recovery_action", judge,
-                   "driver requests no recovery action (or has no such field)")
+                   "driver requests no recovery action (or has no such field)", profile=ctx.profile)
 
 
 @declare("gpu_procs", "nvml", (EPILOG,), fields=("processes",), context="gpu")
@@ -320,7 +288,8 @@ def evaluate_gpu_procs(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       action="drain")
         return None
 
-    return per_gpu("gpu_procs", snap, "processes", judge, "no processes left on the GPUs")
+    return per_gpu("gpu_procs", snap, "processes", judge, "no processes left on the GPUs",
+                   profile=ctx.profile)
 
 
 @declare("gpu_memory", "nvml", (EPILOG,), fields=("memory",), context="gpu")
@@ -333,4 +302,4 @@ def evaluate_gpu_memory(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       f"use (limit {limit} MiB)", f"used={used}MiB", action="reset_gpu")
         return None
 
-    return per_gpu("gpu_memory", snap, "memory", judge, "GPU memory released")
+    return per_gpu("gpu_memory", snap, "memory", judge, "GPU memory released", profile=ctx.profile)

@@ -15,8 +15,9 @@ from resilient_slurm.healthcheck.config import HealthConfig
 
 from .kernlog import LogEvent, LogRead
 from .model import FAIL, OK, UNKNOWN, WARN, Result
-from .policy import XidPolicy, action_for_154, efa_rule_for, worst_action
+from .policy import XidPolicy, XidRule, efa_rule_for, worst_action
 from .registry import EVERY_SET, declare
+from .xid_decode import line_rule
 
 
 @dataclass
@@ -37,8 +38,13 @@ def _unreadable(check: str, read: LogRead) -> list[Result]:
 
 
 def _gap(check: str, read: LogRead) -> list[Result]:
-    """A wrap we could not read back is ``unknown``: an Xid may be among the lost lines."""
+    """What the read itself says about its window: a wrap we could not read back, a read cut
+    by its budget and too many distinct events are ``unknown`` (an Xid may be among what was
+    not judged); a position not trusted is a warning (the window was read again)."""
     out = []
+    if read.untrusted:
+        out.append(Result(check, WARN, "KLOG_POSITION_UNTRUSTED", read.untrusted[:300],
+                          str(read.position)))
     if read.gap and read.gap_filled:
         out.append(Result(check, OK, "KLOG_GAP_FILLED", "kernel log wrapped since the last "
                           f"run; the lost lines were read from the {read.gap_filled}",
@@ -47,9 +53,12 @@ def _gap(check: str, read: LogRead) -> list[Result]:
         out.append(Result(check, UNKNOWN, "KLOG_GAP", "kernel log wrapped or was replaced "
                           "since the last run and the lost lines are not in the journal: an "
                           "Xid may have been missed", str(read.position)))
+    if read.partial:
+        out.append(Result(check, UNKNOWN, "KLOG_PARTIAL", f"kernel log read {read.partial}",
+                          str(read.position)))
     if read.flood:
         out.append(Result(check, UNKNOWN, "KLOG_FLOOD", f"more than {len(read.events)} "
-                          f"kernel-log events in one read ({read.flood} not examined)",
+                          f"distinct kernel-log events in one read ({read.flood} not examined)",
                           str(read.position)))
     return out
 
@@ -59,18 +68,12 @@ def _in_boot_window(ev: LogEvent, read: LogRead, window: float) -> bool:
     return ts is not None and ts <= window
 
 
-def nonfatal(text: str) -> bool:
-    """An NVLink5 Xid line whose severity word (after the unit) says Nonfatal."""
-    words = text.split()
-    return len(words) >= 2 and words[1].lower() in ("nonfatal", "non-fatal")
-
-
 @declare("xid", "kernlog", EVERY_SET, context="log")
 def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
     check = "xid"
     if read.error:
         return _unreadable(check, read)
-    groups: dict[tuple[str, int], list[tuple[LogEvent, str]]] = defaultdict(list)
+    groups: dict[tuple[str, int], list[tuple[LogEvent, XidRule]]] = defaultdict(list)
     ignored: list[str] = []
     warned: list[Result] = []
     garbled = [ev for ev in read.events if ev.kind == "garbled_xid"]
@@ -83,11 +86,10 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
         if ev.code in policy.boot_noise and _in_boot_window(ev, read, ctx.cfg.boot_noise_window_s):
             ignored.append(f"Xid {ev.code} on {dev} (boot noise)")
             continue
-        action = action_for_154(ev.text) if ev.code == 154 else None
-        rule = policy.rule(ev.code)
-        action = action or rule.action
-        if rule.severity_in_text and nonfatal(ev.text):
-            # NVLink5: "145, RLW_REMAP Nonfatal XC0 ...": the driver recovered; warn only.
+        rule = line_rule(policy, ev.code, ev.text)  # 154 and NVLink5 lines decode their text
+        action = rule.action
+        if rule.warn:
+            # NVLink5 line no decode row lists, which the driver calls non-fatal: warn only.
             warned.append(Result(check, WARN, f"XID{ev.code}", f"non-fatal Xid {ev.code} on "
                                  f"{dev}: {ev.text[:100]}", f"{dev} PCI:{ev.pci} {ev.text[:200]}"
                                  f" [policy {gen or 'unknown generation'}: {rule.source}]",
@@ -96,24 +98,27 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
         if action == "ignore":
             ignored.append(f"Xid {ev.code} on {dev}")
             continue
-        groups[(dev, ev.code)].append((ev, action))
+        groups[(dev, ev.code)].append((ev, rule))
     out = _gap(check, read) + warned
     if garbled:
-        out.append(Result(check, UNKNOWN, "XID_UNPARSEABLE", f"{len(garbled)} Xid line(s) that "
-                          "cannot be parsed", " | ".join(ev.text for ev in garbled[:3])))
+        out.append(Result(check, UNKNOWN, "XID_UNPARSEABLE", f"{sum(ev.count for ev in garbled)}"
+                          " Xid line(s) that cannot be parsed",
+                          " | ".join(ev.text for ev in garbled[:3])))
     for (dev, code), items in sorted(groups.items()):
-        ev, _ = items[-1]
-        action = worst_action([a for _, a in items])
+        action = worst_action([r.action for _, r in items])
+        ev, rule = next((e, r) for e, r in reversed(items) if r.action == action)
         idx, gen = ctx.pci_to_gpu.get(ev.pci, (None, ctx.default_generation))
-        rule = ctx.policy_for(gen).rule(code)
-        n = len(items)
-        status = FAIL
+        n = sum(e.count for e, _ in items)
+        status = FAIL if rule.mapped else UNKNOWN  # unmapped: fails closed, never holds
         if action == "restart_app":
-            # An application's fault, however often one read shows it; the GPU is suspect only
-            # when such Xids recur on it in separate runs within the window (no hold).
-            ctx.app_seen.append(dev)
-            runs = len(ctx.app_history.get(dev, [])) + 1
-            status = FAIL if runs >= ctx.cfg.xid_repeat_fail else WARN
+            # An application's fault, however often one read shows it: a warning. Only where
+            # the catalog's investigatory workflow says repeats on one GPU suspect it (Xid 13,
+            # 31) do such Xids in separate runs within the window fail it (no hold).
+            status = WARN
+            if rule.repeat_suspect:
+                ctx.app_seen.append(dev)
+                runs = len(ctx.app_history.get(dev, [])) + 1
+                status = FAIL if runs >= ctx.cfg.xid_repeat_fail else WARN
             if status == FAIL:
                 n_txt = f"in {runs} runs within {ctx.cfg.xid_repeat_window_s:g}s"
                 out.append(Result(check, FAIL, "XID_APP_REPEAT", f"application-class Xid {code} "
@@ -135,28 +140,46 @@ def evaluate_xid(read: LogRead, ctx: LogContext) -> list[Result]:
     return out
 
 
+_SXID_STATUS = {"fatal": FAIL, "unknown": UNKNOWN, "nonfatal": WARN, "correctable": OK}
+
+
 @declare("sxid", "kernlog", EVERY_SET, context="log")
 def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
+    """SXids by the severity the driver wrote (:func:`.klogparse.sxid_meaning`): Fatal fails
+    with a hold, Non-fatal warns, Correctable is ok, anything else is ``unknown``."""
     check = "sxid"
     if read.error:
         return _unreadable(check, read)
     out = []
+    corrected = []
     for ev in read.events:
         if ev.kind == "garbled_sxid":
-            out.append(Result(check, UNKNOWN, "SXID_UNPARSEABLE", "SXid line that cannot be "
-                              "parsed", ev.text))
+            out.append(Result(check, UNKNOWN, "SXID_UNPARSEABLE", f"{ev.count} SXid line(s) "
+                              "that cannot be parsed", ev.text))
         if ev.kind != "sxid":
             continue
         dev = f"pci{ev.pci}"
-        if ev.fatal:
-            out.append(Result(check, FAIL, f"SXID{ev.code}", f"fatal NVSwitch SXid {ev.code}: "
-                              f"{ev.text[:120]}", f"{dev} {ev.text[:200]}", action="drain",
+        times = f" (x{ev.count})" if ev.count > 1 else ""
+        status = _SXID_STATUS.get(ev.severity, UNKNOWN)
+        evidence = f"{dev} x{ev.count}: {ev.text[:200]}"
+        if status == FAIL:
+            out.append(Result(check, FAIL, f"SXID{ev.code}", f"fatal NVSwitch SXid {ev.code}"
+                              f"{times}: {ev.text[:120]}", evidence, action="drain",
                               device=dev, hold=True))
-        else:
+        elif status == UNKNOWN:
+            out.append(Result(check, UNKNOWN, f"SXID{ev.code}", f"NVSwitch SXid {ev.code} of "
+                              f"unknown severity{times} (not Fatal, Non-fatal or Correctable): "
+                              f"{ev.text[:100]}", evidence, device=dev))
+        elif status == WARN:
             out.append(Result(check, WARN, f"SXID{ev.code}", f"non-fatal NVSwitch SXid "
-                              f"{ev.code}: {ev.text[:120]}", f"{dev} {ev.text[:200]}",
-                              device=dev))
-    return out or [Result(check, OK, "OK", "no new NVSwitch SXids")]
+                              f"{ev.code}{times}: {ev.text[:120]}", evidence, device=dev))
+        else:
+            corrected.append(f"SXid {ev.code} on {dev}{times}")
+    if out:
+        return out
+    why = "no new NVSwitch SXids" + ("; corrected: " + ", ".join(corrected[:8])
+                                     if corrected else "")
+    return [Result(check, OK, "OK", why, "; ".join(corrected))]
 
 
 @declare("efa_driver", "kernlog", EVERY_SET, context="log")

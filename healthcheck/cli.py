@@ -13,6 +13,7 @@ import time
 
 import click
 
+from resilient_slurm import __version__
 from resilient_slurm.config import ConfigError, load_config
 
 from .exits import CHECK_EXITS, EXIT_USAGE, HOOK_EXITS, render
@@ -73,6 +74,7 @@ def _indices(value: str | None) -> list[int] | None:
              context_settings={"help_option_names": ["-h", "--help"]},
              epilog="\b\n" + render(HOOK_EXITS, "Exit codes with no command "
                                                   "(the HealthCheckProgram)"))
+@click.version_option(__version__, prog_name="resilient-health")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage).
@@ -112,19 +114,28 @@ def no_subcommand(ctx: click.Context) -> None:
                    "/etc/resilient-slurm/config.toml).")
 @click.option("--node", help="Node name (default $SLURMD_NODENAME or the short hostname).")
 @click.option("--gpus", help="Comma-separated GPU indices to scope GPU checks to.")
+@click.option("--advance", is_flag=True,
+              help="Move the hooks' saved kernel-log position past what this run read (by "
+                   "default a manual check is read-only: the next hook still sees every Xid "
+                   "this run reported).")
 def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
           metrics_file: str | None, simulate: str | None, config_path: str | None,
-          node: str | None, gpus: str | None) -> None:
+          node: str | None, gpus: str | None, advance: bool) -> None:
     """Run the checks once and report (exit codes below).
+
+    \b
+    Read-only by default: Xids are read after the hooks' saved kernel-log position, which
+    stays where it was (--advance moves it, as a hook's run does).
 
     \b
     Fault injection (tests, the GPU proof): RESILIENT_HEALTH_NVML_FAULT=hang makes the NVML
     seam's temperature call hang after the real init and device count (hang:<call> picks
     another call); the NVML checks must then end `unknown` within the timeouts.
     """
-    from .engine import run_checks
     from .fakes import NVML_FAULT_ENV, HangingNvml, nvml_fault
     from .metrics import write_metrics
+    from .progress import TtyProgress
+    from .seams import check_node
 
     try:
         hang_call = nvml_fault(os.environ.get(NVML_FAULT_ENV))
@@ -134,11 +145,12 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
     wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None
     try:
         config = load_config(config_path)
-        report = run_checks(config, check_set=check_set,
-                            only=_names(only),
-                            profile=profile, simulate=simulate, node=node,
-                            gpu_indices=_indices(gpus), started=process_started(),
-                            gpu_wrapper=wrapper)
+        with TtyProgress(sys.stderr, config.health.watchdog_s):
+            report = check_node(config, check_set=check_set,
+                                only=_names(only),
+                                profile=profile, simulate=simulate, node=node,
+                                gpu_indices=_indices(gpus), started=process_started(),
+                                gpu_wrapper=wrapper, advance=advance)
     except ConfigError as exc:
         _config_error(exc)
         return
@@ -183,22 +195,17 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
     from resilient_slurm import fsutil
 
     from .genconf import CannotObserve, default_name, observe, render
-    from .gpu import GpuBackend
-    from .nvml import NvmlBackend
-    from .simulate import default_node, resolve_scenario
+    from .seams import default_node, seams_for
 
     try:
         config = load_config(config_path)
-        cfg = config.health
         node = node or default_node()
-        scenario = resolve_scenario(config, simulate, node)
-        gpu: GpuBackend
-        if scenario is None:
-            gpu, sysfs_root, tool_path = NvmlBackend(), cfg.sysfs_root, cfg.tool_path
-        else:
-            sysfs_root, bindir = scenario.materialize()
-            gpu, tool_path = scenario.gpu_backend(), f"{bindir}:/usr/bin:/bin"
-        obs = observe(gpu, sysfs_root, tool_path, cfg.nvml_timeout_s)
+        seams = seams_for(config, node, simulate)
+        if seams.setup_error:
+            click.echo(f"resilient-health genconf: {seams.setup_error}", err=True)
+            sys.exit(EXIT_USAGE)
+        obs = observe(seams.gpu, seams.sysfs_root, seams.tool_path,
+                      config.health.nvml_timeout_s)
         text = render(name or default_name(obs), obs, node, list(match))
     except ConfigError as exc:
         _config_error(exc)
@@ -248,6 +255,14 @@ def install_cmd(node_dir: str, scenario: str) -> None:
     except ConfigError as exc:
         _config_error(exc)
 
+
+def _register_admin() -> None:
+    from resilient_slurm.hooks.admin import register
+
+    register(main)  # `holds`, `clear-hold`
+
+
+_register_admin()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

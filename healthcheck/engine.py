@@ -6,7 +6,8 @@ that has not finished by the deadline turns its checks ``unknown`` (``WATCHDOG``
 thread is abandoned (``Report.abandoned``), which does not keep the process alive.
 
 Check sets: ``prolog`` (fast, scoped to ``gpu_indices``), ``periodic`` (HealthCheckProgram),
-``epilog`` (Xids since ``since_position`` plus what a job leaves behind).
+``epilog`` (Xids since ``since_position`` plus what a job leaves behind). ``gpu_indices`` scopes
+the NVML checks and ``dcgmi diag`` (``-i``); None: every GPU.
 """
 
 from __future__ import annotations
@@ -17,32 +18,27 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resilient_slurm import fsutil, proc
 from resilient_slurm.config import Config, ConfigError
 
+from . import checks_fabric as cf
 from . import checks_gpu as cg
 from . import checks_log as cl
 from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
 from . import tools
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
-from .kernlog import (
-    JournalSource,
-    KernelLogSource,
-    LogRead,
-    PositionStore,
-    norm_pci,
-    real_source,
-    safe_read,
-)
+from .kernlog import LogRead, PositionStore, norm_pci, safe_read
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
 from .profiles import Selection, select_profile
 from .registry import REGISTRY, SET_NAMES, RunContext
-from .simulate import Scenario, default_node, resolve_scenario
 from .sysfs import nvidia_pci_devices, read_rdma
 from .xid_history import AppXidHistory
+
+if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the engine
+    from .seams import Seams
 
 # Derived from the declarations beside each evaluator (registry.declare): check -> (gatherer,
 # NVML fields it needs), and the checks of each set in declaration order.
@@ -55,36 +51,9 @@ TOOL_MARGIN_S = 0.25  # a tool's kill lands this long before the gather deadline
 
 
 @dataclass
-class Seams:
-    """Where this run meets the hardware (real or simulated)."""
-
-    gpu: GpuBackend
-    klog: KernelLogSource
-    sysfs_root: str
-    tool_path: str
-    state_dir: str | None
-    scenario: Scenario | None = None
-    klog_gap: KernelLogSource | None = None  # where lines lost to a ring wrap are read back
-
-
-@dataclass
 class _Gathered:
     values: dict[str, Any] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
-
-
-def _seams(config: Config, scenario: Scenario | None) -> Seams:
-    cfg = config.health
-    if scenario is None:
-        from .nvml import NvmlBackend
-
-        klog = real_source(config)
-        gap = JournalSource(cfg.tool_path) if klog.name == "kmsg" else None
-        return Seams(NvmlBackend(), klog, cfg.sysfs_root, cfg.tool_path, cfg.state_dir,
-                     klog_gap=gap)
-    sysfs_root, bindir = scenario.materialize()
-    return Seams(scenario.gpu_backend(), scenario.kernel_log_source(), sysfs_root,
-                 f"{bindir}:/usr/bin:/bin", scenario.state_dir, scenario)
 
 
 def _tool(argv: list[str], timeout: float, seams: Seams) -> proc.Outcome:
@@ -107,46 +76,45 @@ def select_checks(config: Config, check_set: str, only: list[str] | None) -> lis
     return names
 
 
-def run_checks(config: Config, *, check_set: str = "periodic", only: list[str] | None = None,
-               profile: str | None = None, simulate: str | None = None, node: str | None = None,
-               gpu_indices: list[int] | None = None,
+def run_checks(seams: Seams, *, check_set: str = "periodic", only: list[str] | None = None,
+               profile: str | None = None, node: str, gpu_indices: list[int] | None = None,
                since_position: dict[str, Any] | None = None,
                started: float | None = None,
-               gpu_wrapper: Callable[[GpuBackend], GpuBackend] | None = None) -> Report:
-    """Run a check set on this node and return the :class:`Report` (never raises for hardware;
-    raises :class:`ConfigError` for bad configuration or arguments).
+               gpu_wrapper: Callable[[GpuBackend], GpuBackend] | None = None,
+               advance: bool = True) -> Report:
+    """Run a check set on ``node`` through ``seams`` (:func:`.seams.seams_for`: real or
+    simulated is decided there, never here) and return the :class:`Report` (never raises for
+    hardware; raises :class:`ConfigError` for bad configuration or arguments). The config is
+    ``seams.config``.
 
     Returns within ``health.watchdog_s`` of ``started`` (a ``time.monotonic()`` value; default
     now): a CLI passes its process start so the whole command keeps the budget.
     ``gpu_wrapper`` wraps the GPU backend (real or simulated): the CLI's NVML fault injection.
+    ``advance=False`` (a manual ``resilient-health check``) reads from the saved kernel-log
+    position but never moves it (nor the app-Xid history): the hooks still see what it saw.
     """
     start = time.monotonic()
+    config = seams.config
     cfg = config.health
     t0 = min(start, started) if started is not None else start
     deadline = max(start + 0.5, t0 + cfg.watchdog_s - WATCHDOG_MARGIN_S)
-    node = node or default_node()
     names = select_checks(config, check_set, only)
-    scenario = resolve_scenario(config, simulate, node)
-    if scenario is not None:
-        config = scenario.site_config(config)
-        cfg = config.health
-    sel = select_profile(cfg, node, profile, scenario.profile if scenario else "")
-    report = Report(node=node, simulated=scenario is not None, profile=sel.name,
+    sel = select_profile(cfg, node, profile, seams.profile)
+    report = Report(node=node, simulated=seams.simulated, profile=sel.name,
                     check_set=check_set)
     enabled = [n for n in names if cfg.checks.get(n) is None or cfg.checks[n].enabled]
     for n in names:
         if n not in enabled:
             report.results.append(Result(n, OK, "DISABLED", f"disabled by config "
                                          f"health.checks.{n}.enabled"))
-    try:
-        seams = _seams(config, scenario)
-        if gpu_wrapper is not None:
-            seams.gpu = gpu_wrapper(seams.gpu)
-    except OSError as exc:  # e.g. no space for the simulated tree: nothing vouches
-        report.results += [Result(n, UNKNOWN, "SETUP_ERROR", f"could not prepare the run: {exc}")
+    if seams.setup_error:  # e.g. no space for the simulated tree: nothing vouches
+        report.results += [Result(n, UNKNOWN, "SETUP_ERROR", seams.setup_error)
                            for n in enabled]
     else:
-        _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position)
+        if gpu_wrapper is not None:
+            seams.gpu = gpu_wrapper(seams.gpu)
+        _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position,
+             advance)
     report.results.insert(0, sel.result(node, cfg.allow_unmatched_profile))
     report.duration_s = time.monotonic() - start
     return report
@@ -168,6 +136,8 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
                              left(cfg.storage_timeout_s))) for p in cfg.storage_paths]
 
     level = cfg.dcgm_diag_level
+    # A hook scoped to a job diagnoses the job's GPUs only (others' jobs may own the rest).
+    diag_scope = ["-i", ",".join(str(i) for i in gpu_indices)] if gpu_indices else []
     table: dict[str, Callable[[], Any]] = {
         "nvml": lambda: gather_gpus(seams.gpu, left(cfg.nvml_timeout_s), indices=gpu_indices,
                                     fields=fields),
@@ -175,10 +145,12 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
                                      seams.klog_gap),
         "rdma": lambda: read_rdma(seams.sysfs_root),
         "fi_info": lambda: _tool(["fi_info", "-p", "efa"], left(cfg.tool_timeout_s), seams),
-        "dcgm_diag": lambda: _tool(["dcgmi", "diag", "-r", str(level), "-j"],
+        "dcgm_diag": lambda: _tool(["dcgmi", "diag", "-r", str(level), "-j", *diag_scope],
                                    left(cfg.dcgm_diag_timeout_s), seams),
         "dcgm_health": lambda: _dcgm_health(seams, left, cfg.tool_timeout_s),
         "storage": storage,
+        "services": lambda: {u: _tool(cf.probe_argv(u), left(cfg.tool_timeout_s), seams)
+                             for u in cf.units_for(sel.spec)},
     }
     return {k: v for k, v in table.items() if k in wanted}
 
@@ -194,23 +166,26 @@ def _dcgm_health(seams: Seams, left: Callable[[float], float],
 
 def _run(config: Config, seams: Seams, sel: Selection, names: list[str], report: Report,
          deadline: float, gpu_indices: list[int] | None,
-         since_position: dict[str, Any] | None) -> None:
+         since_position: dict[str, Any] | None, advance: bool = True) -> None:
     uses_log = any(CHECKS[n][0] == "kernlog" for n in names)
     store = PositionStore(seams.state_dir) if uses_log and since_position is None else None
     after, history = since_position, AppXidHistory(seams.state_dir if store else None)
+    distrust = ""
     if store is not None and store.path:
         try:  # written atomically: read without the lock (held only to save, below)
-            after = store.load(seams.klog.boot_id())
-        except (OSError, ValueError):
-            after = None
+            after, distrust = store.load(seams.klog.boot_id())
+        except (OSError, ValueError) as exc:
+            after, distrust = None, f"saved kernel-log position unreadable: {exc}"
     gathered = _gather(_gatherers(config, seams, sel, names, gpu_indices, after, deadline),
                        deadline, report)
-    report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices, history)
     read = gathered.values.get("kernlog")
+    if isinstance(read, LogRead) and distrust and not read.error:
+        read.untrusted = read.untrusted or distrust  # the window was read again: say so
+    report.results += _evaluate(config, seams, sel, names, gathered, gpu_indices, history)
     if not isinstance(read, LogRead) or read.error:
         return
     report.kernel_position = read.position  # where the log stood after this run (boot id too)
-    if store is None or not store.path:
+    if store is None or not store.path or not advance:
         return
     wait = max(0.1, min(5.0, 0.25 * (deadline - time.monotonic())))
     try:

@@ -21,7 +21,8 @@ ExitTable = tuple[tuple[int, str], ...]
 
 HOOK_EXITS: ExitTable = (
     (EXIT_HEALTHY, "healthy (warnings allowed); also a health run that yielded to a starting "
-     "job or to another health run"),
+     "job or to another health run, and an unhealthy node the fleet guard kept up (the shared "
+     "cause is logged)"),
     (EXIT_UNHEALTHY, "unhealthy: drained, or the drain was tried and Slurm did not answer"),
     (EXIT_USAGE, "config or usage error (the message names the key or file)"),
     (EXIT_UNKNOWN, "a check could not tell (`unknown`): treated as unhealthy, drained"),

@@ -91,6 +91,13 @@ class FakeNvml:
         vol, agg = self._get(i, "ecc")
         return int(vol), int(agg)
 
+    def ecc_mode(self, i: int) -> tuple[bool, bool]:
+        current, pending = self._get(i, "ecc_mode")
+        return bool(current), bool(pending)
+
+    def utilization(self, i: int) -> int:
+        return int(self._get(i, "utilization"))
+
     def remapped_rows(self, i: int) -> tuple[int, int, bool, bool]:
         c, u, p, f = self._get(i, "remapped_rows")
         return int(c), int(u), bool(p), bool(f)
@@ -234,6 +241,8 @@ def _script(bindir: str, name: str, spec: dict[str, Any],
     if behavior == "missing":
         return
     body = ["#!/bin/sh"]
+    if spec.get("argv_log"):  # tests: what the engine asked of the tool, one line per call
+        body.append(f'echo "$*" >> {shlex.quote(str(spec["argv_log"]))}')
     if spec.get("delay_s"):  # a slow but healthy tool
         body.append(f"sleep {float(spec['delay_s']):g}")
     if behavior == "hang":
@@ -253,12 +262,50 @@ def _script(bindir: str, name: str, spec: dict[str, Any],
     os.chmod(path, 0o644 if behavior == "denied" else 0o755)
 
 
+_UNIT_STATES = {"active": ("loaded", "active", "running"),
+                "inactive": ("loaded", "inactive", "dead"),
+                "failed": ("loaded", "failed", "failed"),
+                "activating": ("loaded", "activating", "start"),
+                "not-found": ("not-found", "inactive", "dead")}
+
+
+def _systemctl_show(state: str) -> str:
+    load, active, sub = _UNIT_STATES.get(state, ("loaded", state, "dead"))
+    return f"LoadState={load}\nActiveState={active}\nSubState={sub}"
+
+
+def write_systemctl(bindir: str, spec: dict[str, Any]) -> None:
+    """``systemctl show ... <unit>`` answering for the fabric manager and IMEX units as
+    ``tools.systemctl`` says (``fabricmanager`` / ``imex`` = active | inactive | failed |
+    activating | not-found; default active / not-found); other units are not-found."""
+    behavior = spec.get("behavior", "ok")
+    if behavior != "ok":
+        _script(bindir, "systemctl", spec, {})
+        return
+    units = {"nvidia-fabricmanager.service": str(spec.get("fabricmanager", "active")),
+             "nvidia-imex.service": str(spec.get("imex", "not-found"))}
+    body = ["#!/bin/sh"]
+    if spec.get("delay_s"):
+        body.append(f"sleep {float(spec['delay_s']):g}")
+    body += ['[ "$1" = show ] || exit 1', 'for unit in "$@"; do :; done', 'case "$unit" in']
+    for unit, state in units.items():
+        out = f".systemctl.{unit}.out"
+        _w(os.path.join(bindir, out), _systemctl_show(state))
+        body.append(f'  {unit}) cat "$(dirname "$0")"/{shlex.quote(out)};;')
+    body += [f"  *) printf '%s\\n' '{_systemctl_show('not-found')}';;", "esac", "exit 0"]
+    path = os.path.join(bindir, "systemctl")
+    _w(path, "\n".join(body))
+    os.chmod(path, 0o755)
+
+
 def write_tools(bindir: str, tools: dict[str, Any]) -> None:
-    """Executables ``dcgmi`` and ``fi_info`` behaving as ``tools.<name>`` says.
+    """Executables ``dcgmi``, ``fi_info`` and ``systemctl`` behaving as ``tools.<name>`` says.
 
     ``behavior``: ok | missing | hang | garbage | exit (with ``exit_code``) | denied (not
     executable). ``dcgmi``: ``diag`` = pass | fail | skip, ``health`` = Healthy | Warning |
-    Failure. ``fi_info``: ``provider`` = true | false.
+    Failure. ``fi_info``: ``provider`` = true | false. ``systemctl``: see
+    :func:`write_systemctl`. ``argv_log``: a file each call appends its arguments to (one line
+    per call), for tests of what the engine runs.
     """
     os.makedirs(bindir, exist_ok=True)
     dcgmi = tools.get("dcgmi", {})
@@ -274,3 +321,4 @@ def write_tools(bindir: str, tools: dict[str, Any]) -> None:
             "    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA" if provider
             else "fi_getinfo: -61 (No data available)")
     _script(bindir, "fi_info", fi, {"-p": (text, 0 if provider else 1)})
+    write_systemctl(bindir, tools.get("systemctl", {}))

@@ -7,8 +7,10 @@ root, the tool search path), so it can be tested with the simulated scenarios.
 
 What it records: GPU count and generation (NVML name / architecture), NVLinks up per GPU,
 NVSwitch fabric (every GPU's fabric state *completed*), PCIe capability (the lowest max gen and
-width over the GPUs), EFA adapter count and InfiniBand port count with their lowest port rate,
-and whether ``dcgmi`` / ``fi_info`` are installed (then required).
+width over the GPUs), ECC on (then required), the NVML fields every GPU answers (then
+``nvml_required``), whether the fabric manager / IMEX services are active (then required), EFA
+adapter count and InfiniBand port count with their lowest port rate, and whether ``dcgmi`` /
+``fi_info`` are installed (then required).
 
 A node is not "known good" when anything it would record is broken: NVML errors, a link or
 port that is not up, GPUs that disagree with each other. Those are ``problems``: the profile
@@ -24,14 +26,19 @@ import shutil
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from resilient_slurm import proc
 from resilient_slurm.config import ConfigError, build_dataclass, tomllib
 from resilient_slurm.healthcheck.config import ProfileSpec
 
+from . import checks_fabric
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
 from .policy import generation_of
 from .sysfs import RdmaInventory, read_rdma
 
-GENCONF_FIELDS = {"nvlink", "pcie", "fabric"}
+# The NVML fields a known-good node's profile requires when every GPU answers them.
+REQUIRED_CANDIDATES = ("ecc", "ecc_mode", "remapped_rows", "clock_reasons", "utilization",
+                       "temperature", "pcie")
+GENCONF_FIELDS = {"nvlink", "pcie", "fabric", *REQUIRED_CANDIDATES}
 
 
 @dataclass
@@ -99,6 +106,20 @@ def _gpus(snap: GpuSnapshot, spec: ProfileSpec, obs: Observation) -> None:
                             "an NVSwitch node that is ready reports completed")
     spec.pcie_gen = min(max_gens) if max_gens else 0
     spec.pcie_width = min(max_widths) if max_widths else 0
+    spec.require_ecc = all(bool((g.values.get("ecc_mode") or (False,))[0]) for g in snap.gpus)
+    spec.nvml_required = [f for f in REQUIRED_CANDIDATES
+                          if all(f in g.values for g in snap.gpus)]
+
+
+def _services(tool_path: str, spec: ProfileSpec, obs: Observation) -> None:
+    """Require the fabric manager / IMEX services this node runs (active now)."""
+    for unit, attr in ((checks_fabric.FABRIC_MANAGER, "fabric_manager"),
+                       (checks_fabric.IMEX, "imex")):
+        out = proc.run(checks_fabric.probe_argv(unit), 5.0, search_path=tool_path)
+        state = checks_fabric.parse_show(out.stdout) if out.ok else {}
+        setattr(spec, attr, state.get("ActiveState") == "active")
+        if not out.ok:
+            obs.notes.append(f"{unit}: {out.describe()}: not required")
 
 
 def _rdma(inv: RdmaInventory, spec: ProfileSpec, obs: Observation) -> None:
@@ -130,6 +151,7 @@ def observe(gpu: GpuBackend, sysfs_root: str, tool_path: str,
     obs = Observation(spec)
     _gpus(gather_gpus(gpu, nvml_timeout, fields=set(GENCONF_FIELDS)), spec, obs)
     _rdma(read_rdma(sysfs_root), spec, obs)
+    _services(tool_path, spec, obs)
     spec.require_dcgm = shutil.which("dcgmi", path=tool_path) is not None
     if not spec.require_dcgm:
         obs.notes.append("dcgmi not found: DCGM checks not required by this profile")

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 # What a snapshot can hold per GPU; checks ask for the fields they evaluate.
 FIELDS = (
-    "ecc", "remapped_rows", "retired_pages", "clock_reasons", "temperature", "nvlink",
-    "pcie", "fabric", "recovery_action", "processes", "memory",
+    "ecc", "ecc_mode", "remapped_rows", "retired_pages", "clock_reasons", "utilization",
+    "temperature", "nvlink", "pcie", "fabric", "recovery_action", "processes", "memory",
 )
 
 
@@ -39,9 +39,11 @@ class GpuBackend(Protocol):
     def count(self) -> int: ...
     def identity(self, i: int) -> dict[str, Any]: ...  # name, uuid, pci, architecture
     def ecc_uncorrected(self, i: int) -> tuple[int, int]: ...  # (volatile, aggregate)
+    def ecc_mode(self, i: int) -> tuple[bool, bool]: ...  # ECC on (current, pending)
     def remapped_rows(self, i: int) -> tuple[int, int, bool, bool]: ...  # corr, uncorr, pend, fail
     def retired_pages(self, i: int) -> tuple[int, bool]: ...  # (dbe pages, pending)
     def clock_reasons(self, i: int) -> int: ...
+    def utilization(self, i: int) -> int: ...  # GPU busy %, last sample period
     def temperature(self, i: int) -> int: ...
     def nvlink(self, i: int) -> list[bool]: ...  # state of each link the GPU has
     def pcie(self, i: int) -> tuple[int, int, int, int]: ...  # cur gen, cur width, max gen, max w
@@ -145,8 +147,9 @@ class _Collector:
         except GpuError as exc:
             info.errors["identity"] = exc.code
         calls = {
-            "ecc": b.ecc_uncorrected, "remapped_rows": b.remapped_rows,
+            "ecc": b.ecc_uncorrected, "ecc_mode": b.ecc_mode, "remapped_rows": b.remapped_rows,
             "retired_pages": b.retired_pages, "clock_reasons": b.clock_reasons,
+            "utilization": b.utilization,
             "temperature": b.temperature, "nvlink": b.nvlink, "pcie": b.pcie,
             "fabric": b.fabric, "recovery_action": b.recovery_action,
             "processes": b.processes, "memory": b.memory_used_mib,

@@ -41,8 +41,9 @@ class Result:
     ``evidence``: starts with the device when there is one (``gpu3 ...``, ``rdmap16s27:1 ...``);
     ``device`` holds that name alone. ``action``: from the Xid policy where applicable.
     ``hold``: kernel-log evidence seen once (a mapped Xid or fatal SXid whose action is drain,
-    reset or reboot): the drain it causes holds until reboot. State checks never hold: they
-    are evaluated again on every run.
+    reset or reboot): no later run can see it again, so the drain it causes holds until a
+    reboot or an admin's clear. Every other failing result holds its drain only until its check
+    passes again (``hooks/holds.py``).
     """
 
     check: str

@@ -108,6 +108,15 @@ class NvmlBackend:
                 int(nv.nvmlDeviceGetTotalEccErrors(h, unc, nv.NVML_AGGREGATE_ECC)))
 
     @_nvml
+    def ecc_mode(self, i: int) -> tuple[bool, bool]:
+        current, pending = self.nv.nvmlDeviceGetEccMode(self._h(i))
+        return bool(current), bool(pending)
+
+    @_nvml
+    def utilization(self, i: int) -> int:
+        return int(self.nv.nvmlDeviceGetUtilizationRates(self._h(i)).gpu)
+
+    @_nvml
     def remapped_rows(self, i: int) -> tuple[int, int, bool, bool]:
         corr, unc, pending, failure = self.nv.nvmlDeviceGetRemappedRows(self._h(i))
         return int(corr), int(unc), bool(pending), bool(failure)

@@ -11,26 +11,38 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import os
 from dataclasses import dataclass
 
 from resilient_slurm.config import ConfigError, build_dataclass, tomllib
-from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
+from resilient_slurm.healthcheck.config import SHIPPED_PROFILES, HealthConfig, ProfileSpec
 
+from .gpu import FIELDS
 from .model import OK, UNKNOWN, WARN, Result
 
-SHIPPED = os.path.join(os.path.dirname(__file__), "profiles.toml")
+SHIPPED = SHIPPED_PROFILES
+
+
+def check_profile(where: str, spec: ProfileSpec) -> ProfileSpec:
+    """``spec``, or a ConfigError naming ``where`` for an ``nvml_required`` field NVML lacks."""
+    bad = [f for f in spec.nvml_required if f not in FIELDS]
+    if bad:
+        raise ConfigError(f"{where}.nvml_required", f"unknown NVML field {bad[0]!r} (known: "
+                          f"{', '.join(FIELDS)})")
+    return spec
 
 
 @functools.lru_cache(maxsize=1)
 def shipped_profiles() -> dict[str, ProfileSpec]:
     with open(SHIPPED, "rb") as fh:
         data = tomllib.load(fh)
-    return {name: build_dataclass(ProfileSpec, spec, f"profiles.toml:{name}")
+    return {name: check_profile(f"profiles.toml:{name}",
+                                build_dataclass(ProfileSpec, spec, f"profiles.toml:{name}"))
             for name, spec in data.get("profile", {}).items()}
 
 
 def all_profiles(cfg: HealthConfig) -> dict[str, ProfileSpec]:
+    for name, spec in cfg.profiles.items():
+        check_profile(f"health.profiles.{name}", spec)
     merged = dict(cfg.profiles)  # site first: it wins on name and on match order
     for name, spec in shipped_profiles().items():
         merged.setdefault(name, spec)

@@ -2,9 +2,9 @@
 
 ``@declare(name, source, sets, fields=..., context=...)`` on an evaluate function registers the
 check: which gatherer feeds it (``nvml``, ``kernlog``, ``rdma``, ``fi_info``, ``dcgm_diag``,
-``dcgm_health``, ``storage``), which NVML fields it needs, which check sets run it (``prolog``,
-``periodic``, ``epilog``; none: only on demand with ``--only``), and which context its
-evaluator takes as second argument (``gpu``: ``checks_gpu.GpuContext``, ``log``:
+``dcgm_health``, ``storage``, ``services``), which NVML fields it needs, which check sets run
+it (``prolog``, ``periodic``, ``epilog``; none: only on demand with ``--only``), and which
+context its evaluator takes as second argument (``gpu``: ``checks_gpu.GpuContext``, ``log``:
 ``checks_log.LogContext``, ``profile``: the ``ProfileSpec``, ``run``: :class:`RunContext`).
 The engine derives its tables from :data:`REGISTRY`; nothing else lists the checks.
 """

@@ -31,7 +31,6 @@ from resilient_slurm.config import Config, ConfigError, build_dataclass, tomllib
 from resilient_slurm.healthcheck.config import HealthConfig
 
 from .fakes import FakeNvml, write_gpu_pci, write_sysfs, write_tools
-from .kernlog import LinesSource
 from .klogfile import FileSource
 
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
@@ -67,19 +66,20 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_GPU_KEYS = {"name", "architecture", "pci", "lost", "ecc", "remapped_rows", "retired_pages",
-             "clock_reasons", "temperature", "nvlink", "pcie", "fabric", "recovery_action",
-             "processes", "memory"}
+_GPU_KEYS = {"name", "architecture", "pci", "lost", "ecc", "ecc_mode", "remapped_rows",
+             "retired_pages", "clock_reasons", "utilization", "temperature", "nvlink", "pcie",
+             "fabric", "recovery_action", "processes", "memory"}
 # The keys a scenario may hold, per table (``None``: any table below it is checked as ``gpu``).
 SCHEMA: dict[str, Any] = {
     "description": True, "base": True, "profile": True,
     "nvml": {"behavior", "error", "driver", "count"},
     "gpu": _GPU_KEYS, "gpus": None,
-    "kernel_log": {"boot_id", "uptime_s", "behavior", "lines", "append"},
+    "kernel_log": {"boot_id", "uptime_s", "behavior", "lines", "append", "flood"},
     "rdma": {"efa", "efa_rate", "efa_down", "port_unreadable", "ib", "ib_rate", "ib_down",
              "unreadable"},
-    "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health", "delay_s"},
-              "fi_info": {"behavior", "exit_code", "provider", "delay_s"}},
+    "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health", "delay_s", "argv_log"},
+              "fi_info": {"behavior", "exit_code", "provider", "delay_s"},
+              "systemctl": {"behavior", "exit_code", "delay_s", "fabricmanager", "imex"}},
     "site": {"health": True},
 }
 
@@ -119,8 +119,25 @@ def check_schema(data: dict[str, Any], path: str) -> None:
                 raise bad(f"{key}.{sub}", spec)
 
 
+MAX_FLOOD = 1_000_000
+
+
+def _flood(kl: dict[str, Any], path: str) -> list[str]:
+    """``kernel_log.flood = {line, count}``: ``count`` copies of ``line`` (removed from kl)."""
+    spec = kl.pop("flood", None)
+    if spec is None:
+        return []
+    if not isinstance(spec, dict) or set(spec) != {"line", "count"} \
+            or not isinstance(spec["line"], str) or not isinstance(spec["count"], int) \
+            or isinstance(spec["count"], bool) or not 0 <= spec["count"] <= MAX_FLOOD:
+        raise ConfigError("simulate", f"scenario {path}: kernel_log.flood must be "
+                          f"{{line = \"...\", count = 0..{MAX_FLOOD}}}")
+    return [spec["line"]] * spec["count"]
+
+
 def load_scenario_data(path: str, _depth: int = 0) -> dict[str, Any]:
-    """Parsed scenario with ``base`` resolved and ``kernel_log.append`` added to the lines."""
+    """Parsed scenario with ``base`` resolved; ``kernel_log.flood`` then ``kernel_log.append``
+    added to the lines."""
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -137,13 +154,15 @@ def load_scenario_data(path: str, _depth: int = 0) -> dict[str, Any]:
         if os.sep in base_name and not os.path.isabs(base_name):
             base_name = os.path.join(os.path.dirname(os.path.abspath(path)), base_name)
         base = load_scenario_data(scenario_path(base_name), _depth + 1)
-        extra = data.get("kernel_log", {}).pop("append", [])
+        flood = _flood(data.get("kernel_log", {}), path)
+        extra = flood + list(data.get("kernel_log", {}).pop("append", []))
         data = _merge(base, data)
         data.setdefault("kernel_log", {}).setdefault("lines", [])
         data["kernel_log"]["lines"] = list(data["kernel_log"]["lines"]) + list(extra)
-    elif "append" in data.get("kernel_log", {}):
+    elif {"append", "flood"} & set(data.get("kernel_log", {})):
         kl = data["kernel_log"]
-        kl["lines"] = list(kl.get("lines", [])) + list(kl.pop("append"))
+        flood = _flood(kl, path)
+        kl["lines"] = list(kl.get("lines", [])) + flood + list(kl.pop("append", []))
     return data
 
 
@@ -182,14 +201,15 @@ class Scenario:
         return FakeNvml(self.data.get("nvml", {}), self.data.get("gpu", {}),
                         self.data.get("gpus", {}))
 
-    def kernel_log_source(self) -> LinesSource | FileSource:
+    def kernel_log_source(self) -> FileSource:
         kl = self.data.get("kernel_log", {})
         uptime = float(kl["uptime_s"]) if kl.get("uptime_s") is not None else None
         behavior = str(kl.get("behavior", "ok"))
         if self.node_dir:  # read from a byte offset, whatever the file holds
             return FileSource(os.path.join(self.node_dir, "kernel.log"), self.boot_id, uptime,
                               behavior)
-        return LinesSource(list(kl.get("lines", [])), self.boot_id, uptime, behavior)
+        return FileSource.of_lines([str(x) for x in kl.get("lines", [])], self.boot_id, uptime,
+                                   behavior)
 
     def materialize(self) -> tuple[str, str]:
         """The sysfs tree and tool executables of this scenario: (sysfs_root, bin_dir).
@@ -203,7 +223,7 @@ class Scenario:
         except (TypeError, ValueError):
             pcis = []  # a garbage GPU count: NVML's fake says so; no PCI tree
         spec = {"rdma": self.data.get("rdma", {}), "tools": self.data.get("tools", {}),
-                "pci": pcis, "v": 1}
+                "pci": pcis, "v": 3}  # v: the fakes' layout (3: systemctl, dcgmi argv_log)
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
         base = _cache_base()
         final = os.path.join(base, key)
@@ -234,21 +254,16 @@ def _cache_base() -> str:
     return base
 
 
-def resolve_scenario(config: Config, simulate: str | None = None,
-                     node: str | None = None) -> Scenario | None:
-    """The scenario for this run: ``simulate`` if given, else ``health.simulate``; None = real."""
+def resolve_scenario(config: Config, simulate: str | None, node: str) -> Scenario | None:
+    """The scenario for this run: ``simulate`` if given, else ``health.simulate``; None = real.
+    ``{node}`` in it is ``node``. Called by :mod:`.seams` only (where real or simulated is
+    decided)."""
     value = config.health.simulate if simulate is None else simulate
     if not value:
         return None
     if "{node}" in value:
-        value = value.replace("{node}", node or default_node())
+        value = value.replace("{node}", node)
     return Scenario(scenario_path(value))
-
-
-def default_node() -> str:
-    import socket
-
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def install_scenario(node_dir: str, scenario: str) -> str:

@@ -3,7 +3,8 @@
 One buggy job can log many Xid 13/31/... at once; that is the application's fault and never a
 reason to drain. The same class of Xid on one GPU in ``xid_repeat_fail`` separate runs within
 ``xid_repeat_window_s`` makes the GPU suspect (drained, without a hold). Kept in
-``<state_dir>/health/xid-app-history.json``, saved with the kernel-log position.
+``<state_dir>/health/xid-app-history.json``, saved with the kernel-log position, and read
+only from a directory the position would be trusted in (:mod:`.klogpos`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 import time
 
 from resilient_slurm import fsutil
+
+from .klogpos import read_trusted_json
 
 MAX_PER_DEVICE = 64
 
@@ -26,9 +29,11 @@ class AppXidHistory:
         if self.path is None:
             return
         try:
-            data = fsutil.read_json(self.path, default={}, nofollow=True)
-        except (OSError, ValueError):
-            data = {}  # corrupt: start afresh (errs towards not draining)
+            data, why = read_trusted_json(self.path)
+        except OSError:
+            data, why = {}, "unreadable"
+        if why or data is None:
+            data = {}  # corrupt, absent or not ours to trust: start afresh
         if isinstance(data, dict):
             for dev, times in data.items():
                 if isinstance(times, list):

@@ -7,12 +7,11 @@ sandbox where several nodes share one host.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from resilient_slurm.config import ConfigError, check_finite, register_section
-
-# What ``dcgmi diag -r LEVEL`` needs (DCGM docs: level 1 seconds, 2 about 2 minutes, 3 about
-# 15 minutes, 4 hours).
-DIAG_LEVEL_BUDGET_S = {1: 30.0, 2: 150.0, 3: 1200.0, 4: 14400.0}
+from resilient_slurm.config_schema import ConfigError, check_finite, register_section
+from resilient_slurm.healthcheck.config import DIAG_LEVEL_BUDGET_S
+from resilient_slurm.verdict_file import DEFAULT_PATH as DEFAULT_VERDICT_PATH
 
 
 @register_section("hooks")
@@ -27,19 +26,25 @@ class HooksConfig:
     HealthCheckProgram, whose environment holds only SLURMD_NODENAME. Budgets bound each hook's
     checks (keep them well under PrologEpilogTimeout and the 60 s HealthCheckProgram limit).
     ``verdict_file``: where each run publishes this node's latest verdict, world-readable
-    (``docs/hooks.md``); empty: not published.
+    (``docs/hooks.md``); empty: not published. The fleet guard (``hooks/fleet.py``) keeps a node
+    up instead of draining it when more than ``max_drain_fraction`` of the nodes (at least one)
+    would be drained by us for the same cause, or more than ``max_drains_per_interval`` (0: no
+    limit) within ``drain_interval_s``.
     """
 
     owner_prefix: str = "rhc:"
     resume_after: int = 3
     reboot_enabled: bool = False
+    max_drain_fraction: float = 0.1
+    max_drains_per_interval: int = 10
+    drain_interval_s: float = 600.0
     slurm_conf: str = ""
     slurm_bin_dir: str = "/usr/bin:/usr/local/bin:/opt/slurm/bin"
     slurm_timeout_s: float = 8.0
     state_dir: str = "/var/lib/resilient-slurm/hooks/{node}"
     events_file: str = "/var/log/resilient-slurm/events.jsonl"
     metrics_file: str = ""
-    verdict_file: str = "/var/lib/resilient-slurm/verdicts/{node}.json"
+    verdict_file: str = DEFAULT_VERDICT_PATH
     lock_timeout_s: float = 5.0
     prolog_budget_s: float = 20.0
     epilog_budget_s: float = 45.0
@@ -48,6 +53,18 @@ class HooksConfig:
     epilog_diag_level: int = 2
     epilog_diag_budget_s: float = 0.0  # 0: DIAG_LEVEL_BUDGET_S[epilog_diag_level]
     prolog_epilog_timeout_s: float = 120.0  # slurm.conf PrologEpilogTimeout
+    memory_tier_dir: str = "/dev/shm"  # the epilog removes <dir>/<job id> (empty: never)
+
+    # Every numeric key's range (inclusive), checked at load; PrologEpilogTimeout is a uint16.
+    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
+        "resume_after": (1, 1000), "slurm_timeout_s": (0.1, 600), "lock_timeout_s": (0.1, 600),
+        "prolog_budget_s": (0.1, 65_533), "epilog_budget_s": (0.1, 65_533),
+        "health_budget_s": (0.1, 58), "epilog_diag_level": (1, 4),
+        "epilog_diag_budget_s": (0, 65_533), "prolog_epilog_timeout_s": (1, 65_533),
+        # the fleet guard's keys (branch health-holds), bounded as its validate() does
+        "max_drain_fraction": (0, 1), "max_drains_per_interval": (0, 1_000_000),
+        "drain_interval_s": (1, 7 * 86_400),
+    }
 
     def diag_budget_s(self) -> float:
         """Seconds the epilog's ``dcgmi diag -r LEVEL`` may take."""
@@ -60,6 +77,13 @@ class HooksConfig:
             raise ConfigError("hooks.owner_prefix", "2-12 characters of letters, digits, ':-_'")
         if self.resume_after < 1:
             raise ConfigError("hooks.resume_after", "must be >= 1")
+        if not 0.0 < self.max_drain_fraction <= 1.0:
+            raise ConfigError("hooks.max_drain_fraction", "must be > 0 and <= 1 (1: no share "
+                              "limit)")
+        if not 0 <= self.max_drains_per_interval <= 1_000_000:
+            raise ConfigError("hooks.max_drains_per_interval", "must be 0 (no limit) to 1000000")
+        if not 1.0 <= self.drain_interval_s <= 7 * 86400:
+            raise ConfigError("hooks.drain_interval_s", "must be 1 s to 7 days")
         for name in ("slurm_timeout_s", "lock_timeout_s", "prolog_budget_s", "epilog_budget_s",
                      "health_budget_s"):
             if getattr(self, name) <= 0:
@@ -93,7 +117,7 @@ class HooksConfig:
             value = getattr(self, name)
             if not value.startswith("/"):
                 raise ConfigError(f"hooks.{name}", "must be an absolute path")
-        for name in ("metrics_file", "verdict_file"):
+        for name in ("metrics_file", "verdict_file", "memory_tier_dir"):
             value = getattr(self, name)
             if value and not value.startswith("/"):
                 raise ConfigError(f"hooks.{name}", "must be an absolute path")

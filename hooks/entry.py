@@ -22,8 +22,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from resilient_slurm import __version__
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
-from resilient_slurm.events import EventKind
+from resilient_slurm.events import EventKind, HookNote
 from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR, EXIT_USAGE, HOOK_EXITS, render
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
@@ -41,6 +42,7 @@ def _parse(prog: str, argv: Sequence[str] | None, about: str) -> argparse.Namesp
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"config file (default: {DEFAULT_PATH})")
     parser.add_argument("--node", help="node name (default: $SLURMD_NODENAME)")
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     return parser.parse_args(argv)
 
 
@@ -64,12 +66,48 @@ def check_config_file(path: str) -> None:
                           f"(mode {stat.S_IMODE(st.st_mode):o}); chmod go-w")
 
 
+def check_simulate(simulate: str, config_path: str) -> None:
+    """A root hook never takes simulated hardware from the production config, a shipped
+    scenario name (fixed hardware: a leftover ``simulate = "healthy-p5"`` would pass every real
+    node), or a scenario file anyone but root can change (a user forging a healthy or a failed
+    node). What remains is a root-owned scenario path in a test or sandbox config
+    (``sandbox up`` writes each node's, root-only). ConfigError otherwise."""
+    if not simulate or os.geteuid() != 0:
+        return
+    why = ""
+    if os.path.abspath(config_path) == DEFAULT_PATH:
+        why = f"is set in {DEFAULT_PATH}: the root hooks check real hardware only"
+    elif os.sep not in simulate:
+        why = f"names a shipped scenario ({simulate!r}): the root hooks take only a root-owned " \
+              "scenario file"
+    else:
+        path = os.path.abspath(simulate)
+        while True:
+            try:
+                st = os.lstat(path)
+            except OSError as exc:
+                why = f"{path}: {exc.strerror}"
+                break
+            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or \
+                    (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky):
+                why = f"{path} is a symlink, not root's, or writable by others: the root hooks " \
+                      "take only a root-owned scenario file"
+                break
+            if path == os.path.dirname(path):
+                break
+            path = os.path.dirname(path)
+    if why:
+        raise ConfigError("health.simulate", why, config_path)
+
+
 def _setup(prog: str, argv: Sequence[str] | None, about: str) -> tuple[Config, HookContext]:
     args = _parse(prog, argv, about)
     ctx = from_env(os.environ, node=args.node)
     path = args.config or DEFAULT_PATH
     check_config_file(path)
     config = runner.for_node(load_config(path, env={}), ctx.node)
+    check_simulate(config.health.simulate, path)
     runner.ensure_state_dir(config)
     return config, ctx
 
@@ -87,7 +125,7 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
     try:
         status = int(body(config, ctx, events))
     except ConfigError as exc:  # e.g. a scenario or profile named by the config is bad
-        events.emit(EventKind.HOOK_ERROR, cause=str(exc))
+        events.emit(EventKind.HOOK_ERROR, **HookNote(cause=str(exc)))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if _ABANDONED:
@@ -103,9 +141,9 @@ _ABANDONED: list[str] = []
 
 def check(config: Config, ctx: HookContext, check_set: str, budget: float,
           **kwargs: Any) -> Report:
-    from resilient_slurm.healthcheck.engine import run_checks
+    from resilient_slurm.healthcheck.seams import check_node
 
-    report = run_checks(runner.with_budget(config, budget), check_set=check_set, node=ctx.node,
+    report = check_node(runner.with_budget(config, budget), check_set=check_set, node=ctx.node,
                         **kwargs)
     _ABANDONED.extend(getattr(report, "abandoned", None) or [])
     return report
@@ -116,9 +154,3 @@ def job_file(config: Config, ctx: HookContext) -> str | None:
         return None
     return runner.state_path(config, os.path.join("jobs", f"{ctx.job_id}.json"))
 
-
-def health_main(argv: Sequence[str] | None = None) -> int:
-    """Kept for shims installed before the HealthCheckProgram moved to healthcheck/hook.py."""
-    from resilient_slurm.healthcheck.hook import health_main as main
-
-    return main(argv)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from resilient_slurm import fsutil, proc
 from resilient_slurm.config import Config, ConfigError, load_config
+from resilient_slurm.hooks.config import HooksConfig
 
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
@@ -52,11 +53,20 @@ watchdog_s = 45
 
 @dataclass
 class Installation:
+    """Where things go. ``shims`` and ``config_path`` are the final paths (what slurm.conf and
+    the shims name); with a staging ``destdir`` the files are written under it
+    (:meth:`staged`), as ``make install DESTDIR=...`` does for a package build."""
+
     prefix: str
     python: str
     shims: dict[str, str] = field(default_factory=dict)
     config_path: str = ""
     config_written: bool = False
+    destdir: str = ""
+    written: list[str] = field(default_factory=list)  # files written (staged paths)
+
+    def staged(self, path: str) -> str:
+        return os.path.join(self.destdir, path.lstrip("/")) if self.destdir else path
 
     def slurm_conf_lines(self, interval: int = 30) -> list[str]:
         return [
@@ -70,9 +80,10 @@ class Installation:
         ]
 
 
-def layout(prefix: str, python: str | None = None) -> Installation:
+def layout(prefix: str, python: str | None = None, destdir: str = "") -> Installation:
     prefix = os.path.abspath(prefix)
-    inst = Installation(prefix=prefix, python=python or sys.executable)
+    inst = Installation(prefix=prefix, python=python or sys.executable,
+                        destdir=os.path.abspath(destdir) if destdir else "")
     libexec = os.path.join(prefix, "usr/libexec/resilient-slurm" if prefix == "/" else
                            "libexec/resilient-slurm")
     inst.shims = {name: os.path.join(libexec, name) for name in SHIMS}
@@ -90,17 +101,38 @@ def shim_text(python: str, module: str, func: str, config_path: str) -> str:
     )
 
 
-def install(prefix: str = "/", python: str | None = None, config_text: str | None = None,
-            slurm_conf: str = "/etc/slurm/slurm.conf", force: bool = False) -> Installation:
-    """Write the shims (0755) and, unless one exists (or ``force``), the config (0644)."""
-    inst = layout(prefix, python)
-    for name, (module, func) in SHIMS.items():
-        fsutil.atomic_write(inst.shims[name], shim_text(inst.python, module, func,
-                                                        inst.config_path), mode=0o755)
-    if force or not os.path.exists(inst.config_path):
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str  # where it is written (under the staging root, if any)
+    final: str  # where it will live (what slurm.conf and the shims name)
+    mode: int
+    text: str
+
+
+def plan(prefix: str = "/", python: str | None = None, config_text: str | None = None,
+         slurm_conf: str = "/etc/slurm/slurm.conf", force: bool = False,
+         destdir: str = "") -> tuple[Installation, list[PlannedFile]]:
+    """The files an install writes: the shims (0755) and, unless one exists (or ``force``),
+    the config (0644). Nothing is written."""
+    inst = layout(prefix, python, destdir)
+    files = [PlannedFile(inst.staged(inst.shims[name]), inst.shims[name], 0o755,
+                         shim_text(inst.python, module, func, inst.config_path))
+             for name, (module, func) in SHIMS.items()]
+    if force or not os.path.exists(inst.staged(inst.config_path)):
         text = config_text if config_text is not None else SKELETON.format(slurm_conf=slurm_conf)
-        fsutil.atomic_write(inst.config_path, text, mode=0o644)
+        files.append(PlannedFile(inst.staged(inst.config_path), inst.config_path, 0o644, text))
         inst.config_written = True
+    return inst, files
+
+
+def install(prefix: str = "/", python: str | None = None, config_text: str | None = None,
+            slurm_conf: str = "/etc/slurm/slurm.conf", force: bool = False,
+            destdir: str = "") -> Installation:
+    """Write :func:`plan`'s files atomically."""
+    inst, files = plan(prefix, python, config_text, slurm_conf, force, destdir)
+    for f in files:
+        fsutil.atomic_write(f.path, f.text, mode=f.mode)
+        inst.written.append(f.path)
     return inst
 
 
@@ -117,42 +149,87 @@ def _owner_problems(path: str) -> list[str]:
     return problems
 
 
-def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
-    """Problems with an installation under ``prefix`` (empty list: all good)."""
-    inst = layout(prefix)
-    problems: list[str] = []
-    for name, path in inst.shims.items():
-        if not os.path.isfile(path):
-            problems.append(f"{name} shim missing: {path} (run install-hooks)")
-            continue
-        problems += _owner_problems(path)
-        if not os.access(path, os.X_OK):
-            problems.append(f"{path}: not executable")
-        first = open(path, encoding="utf-8", errors="replace").readline()
-        interp = first[2:].split()[0] if first.startswith("#!") and first[2:].split() else ""
-        if not interp or not os.access(interp, os.X_OK):
-            problems.append(f"{path}: interpreter {interp or '?'} missing")
+@dataclass(frozen=True)
+class Finding:
+    """One line of ``install-hooks --check``: ``status`` PASS, FAIL or WARN (a suggestion)."""
+
+    status: str
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<5} {self.name}: {self.detail}"
+
+
+class _Findings(list[Finding]):
+    def add(self, name: str, problems: list[str], ok: str) -> None:
+        if problems:
+            self.extend(Finding("FAIL", name, p) for p in problems)
         else:
-            out = proc.run([interp, "-I", "-c", "import " + SHIMS[name][0]], timeout=30)
-            if not out.ok:
-                problems.append(f"{path}: cannot import {SHIMS[name][0]}: {out.describe()}")
+            self.append(Finding("PASS", name, ok))
+
+
+def checks(prefix: str = "/", slurm_conf: str | None = None) -> list[Finding]:
+    """Every check of an installation under ``prefix``, passed or not, in order."""
+    inst = layout(prefix)
+    found = _Findings()
+    for name, path in inst.shims.items():
+        found.add(f"{name} shim", _shim_problems(name, path), f"{path} runs {SHIMS[name][0]}")
     config = None
     try:
         config = load_config(inst.config_path)
     except ConfigError as exc:
-        problems.append(f"config {inst.config_path}: {exc}")
+        found.add("config", [str(exc) if exc.source else f"{inst.config_path}: {exc}"], "")
     if config is not None:
-        problems += _owner_problems(inst.config_path)
+        found.add("config", _owner_problems(inst.config_path),
+                  f"{inst.config_path} valid, root-owned, not writable by others")
         hook_settings = config.section("hooks")
-        for prog in ("scontrol", "sinfo"):
-            if proc.resolve(prog, hook_settings.slurm_bin_dir) is None:
-                problems.append(f"hooks.slurm_bin_dir: {prog} not found in "
-                                f"{hook_settings.slurm_bin_dir}")
-        slurm_conf = slurm_conf or hook_settings.slurm_conf or os.environ.get("SLURM_CONF") \
-            or "/etc/slurm/slurm.conf"
-    problems += _conf_problems(inst, slurm_conf or "/etc/slurm/slurm.conf")
+        missing = [f"{prog} not found in hooks.slurm_bin_dir ({hook_settings.slurm_bin_dir})"
+                   for prog in ("scontrol", "sinfo")
+                   if proc.resolve(prog, hook_settings.slurm_bin_dir) is None]
+        found.add("slurm programs", missing, f"scontrol, sinfo in {hook_settings.slurm_bin_dir}")
+        slurm_conf = slurm_conf or hook_settings.slurm_conf or os.environ.get("SLURM_CONF")
+    slurm_conf = slurm_conf or "/etc/slurm/slurm.conf"
+    settings, error = read_slurm_conf(slurm_conf)
+    if error:
+        found.add("slurm.conf", [error], "")
+    else:
+        found += _conf_findings(inst, settings, slurm_conf)
+        if config is not None:
+            found += budget_findings(config.section("hooks"), settings)
     if config is not None:
-        problems += profile_problems(config, slurm_conf or "/etc/slurm/slurm.conf")
+        found.add("profiles", profile_problems(config, slurm_conf),
+                  "every node of slurm.conf has a profile (or unmatched nodes are allowed)")
+    return list(found)
+
+
+def check(prefix: str = "/", slurm_conf: str | None = None) -> list[str]:
+    """Problems with an installation under ``prefix`` (empty list: all good); suggestions
+    start with ``suggestion:``."""
+    return [("suggestion: " if f.status == "WARN" else "") + f.detail
+            for f in checks(prefix, slurm_conf) if f.status != "PASS"]
+
+
+def _shim_problems(name: str, path: str) -> list[str]:
+    if not os.path.isfile(path):
+        return [f"missing: {path} (run install-hooks)"]
+    problems = _owner_problems(path)
+    if not os.access(path, os.X_OK):
+        problems.append(f"{path}: not executable")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read(65536)
+    first = text.split("\n", 1)[0] + "\n"
+    module, func = SHIMS[name]
+    if f"from {module} import {func}\n" not in text:
+        problems.append(f"{path}: does not run {module}:{func} (an older layout? run "
+                        "install-hooks)")
+    interp = first[2:].split()[0] if first.startswith("#!") and first[2:].split() else ""
+    if not interp or not os.access(interp, os.X_OK):
+        problems.append(f"{path}: interpreter {interp or '?'} missing")
+    else:
+        out = proc.run([interp, "-I", "-c", "import " + SHIMS[name][0]], timeout=30)
+        if not out.ok:
+            problems.append(f"{path}: cannot import {SHIMS[name][0]}: {out.describe()}")
     return problems
 
 
@@ -164,7 +241,8 @@ def profile_problems(config: Config, slurm_conf: str) -> list[str]:
     if config.health.allow_unmatched_profile:
         return []
     try:
-        text = open(slurm_conf, encoding="utf-8", errors="replace").read()
+        with open(slurm_conf, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
     except OSError:
         return []
     names: list[str] = []
@@ -184,35 +262,86 @@ def profile_problems(config: Config, slurm_conf: str) -> list[str]:
         return []
     from resilient_slurm.slurm.hostlist import compress
 
-    return [f"profiles: no profile matches node(s) {compress(unmatched)}: their health runs "
+    return [f"no profile matches node(s) {compress(unmatched)}: their health runs "
             "are unknown and drain them (add a profile, or set "
             "health.allow_unmatched_profile = true)"]
 
 
-def _conf_problems(inst: Installation, slurm_conf: str) -> list[str]:
+def read_slurm_conf(path: str) -> tuple[dict[str, str], str]:
+    """slurm.conf's top-level ``Key=Value`` settings, keys lower-cased; or the read error."""
     try:
-        text = open(slurm_conf, encoding="utf-8").read()
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
     except OSError as exc:
-        return [f"slurm.conf {slurm_conf}: {exc.strerror}"]
+        return {}, f"{path}: {exc.strerror}"
     settings: dict[str, str] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         m = re.match(r"^([A-Za-z]+)\s*=\s*(.*)$", line)
         if m and not line.lower().startswith(("nodename", "partitionname")):
             settings[m.group(1).lower()] = m.group(2).strip()
-    problems = []
-    for key, shim in (("prolog", "prolog"), ("epilog", "epilog"),
-                      ("healthcheckprogram", "healthcheck")):
-        if settings.get(key) != inst.shims[shim]:
-            problems.append(f"slurm.conf: {key}={settings.get(key, '(unset)')}, "
-                            f"expected {inst.shims[shim]}")
-    if "alloc" not in settings.get("prologflags", "").lower():
-        problems.append("slurm.conf: PrologFlags lacks Alloc (prolog must run on every node "
-                        "at allocation)")
-    if not settings.get("healthcheckinterval", "0").isdigit() or \
-            int(settings.get("healthcheckinterval", "0")) == 0:
-        problems.append("slurm.conf: HealthCheckInterval unset or 0")
-    if "nohold_on_prolog_fail" not in settings.get("schedulerparameters", ""):
-        problems.append("suggestion: slurm.conf SchedulerParameters=nohold_on_prolog_fail "
-                        "(else a batch job whose prolog failed is requeued held)")
-    return problems
+    return settings, ""
+
+
+def _conf_findings(inst: Installation, settings: dict[str, str], path: str) -> list[Finding]:
+    found = _Findings()
+    for key, shim in (("Prolog", "prolog"), ("Epilog", "epilog"),
+                      ("HealthCheckProgram", "healthcheck")):
+        value = settings.get(key.lower())
+        found.add(f"slurm.conf {key}", [] if value == inst.shims[shim] else [
+            f"{key}={value or '(unset)'}, expected {inst.shims[shim]}"], inst.shims[shim])
+    found.add("slurm.conf PrologFlags", [] if "alloc" in settings.get("prologflags", "").lower()
+              else ["PrologFlags lacks Alloc (prolog must run on every node at allocation)"],
+              "Alloc")
+    interval = settings.get("healthcheckinterval", "0")
+    found.add("slurm.conf HealthCheckInterval",
+              [] if interval.isdigit() and int(interval) > 0
+              else ["HealthCheckInterval unset or 0"], f"{interval} s")
+    if "nohold_on_prolog_fail" in settings.get("schedulerparameters", ""):
+        found.add("slurm.conf SchedulerParameters", [], "nohold_on_prolog_fail")
+    else:
+        found.append(Finding("WARN", "slurm.conf SchedulerParameters",
+                             "slurm.conf SchedulerParameters=nohold_on_prolog_fail "
+                             "(else a batch job whose prolog failed is requeued held)"))
+    return list(found)
+
+
+def budget_findings(hooks: HooksConfig, settings: dict[str, str]) -> list[Finding]:
+    """The hooks' budgets against slurm.conf's ``PrologEpilogTimeout`` and
+    ``HealthCheckInterval``: a hook Slurm kills mid-run drains the node with Slurm's reason,
+    not ours; a health run longer than the interval overlaps the next."""
+    found = _Findings()
+    overhead = 2 * hooks.slurm_timeout_s + hooks.lock_timeout_s
+    raw = settings.get("prologepilogtimeout", "")
+    if raw.isdigit():
+        limit = float(raw)
+        worst = max(hooks.prolog_budget_s, hooks.epilog_budget_s + (
+            hooks.diag_budget_s() + 1.0 if hooks.epilog_diag_on_failure else 0.0)) + overhead
+        problems = []
+        if hooks.prolog_epilog_timeout_s > limit:
+            problems.append(f"hooks.prolog_epilog_timeout_s = {hooks.prolog_epilog_timeout_s:g}"
+                            f" but slurm.conf PrologEpilogTimeout={raw}: set it to {raw}")
+        if worst >= limit:
+            problems.append(f"the longest hook run ({worst:g} s: budget + 2 x slurm_timeout_s +"
+                            f" lock_timeout_s) does not fit PrologEpilogTimeout={raw}")
+        found.add("budgets vs PrologEpilogTimeout", problems,
+                  f"longest hook run {worst:g} s < {raw} s")
+    else:
+        found.add("budgets vs PrologEpilogTimeout", [
+            "slurm.conf sets no PrologEpilogTimeout: set it (the hooks' budgets assume "
+            f"{hooks.prolog_epilog_timeout_s:g} s, hooks.prolog_epilog_timeout_s)"], "")
+    interval = settings.get("healthcheckinterval", "")
+    if interval.isdigit() and int(interval) > 0:
+        run = hooks.health_budget_s + overhead
+        name = "budgets vs HealthCheckInterval"
+        if hooks.health_budget_s > int(interval):
+            found.add(name, [f"hooks.health_budget_s = {hooks.health_budget_s:g} is longer than "
+                             f"HealthCheckInterval={interval}: every run would overlap the next"],
+                      "")
+        elif run >= int(interval):
+            found.append(Finding("WARN", name, f"a health run may take {run:g} s (budget + 2 x "
+                                 f"slurm_timeout_s + lock_timeout_s) >= HealthCheckInterval="
+                                 f"{interval}: a slow run makes the next one skip (health lock)"))
+        else:
+            found.add(name, [], f"health run at most {run:g} s < {interval} s")
+    return list(found)

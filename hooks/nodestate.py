@@ -8,12 +8,14 @@ Slurm seam. Rules:
   drained or down for a reason that is not ours: an admin's reason is never overwritten;
 * a node we drained already keeps its first reason (the root cause) while it stays bad;
 * healthy (``ok``/``warn``) for ``resume_after`` consecutive health-program runs: resume, but
-  only when the current drain reason starts with our prefix, and not while a *hold* stands: a
-  mapped Xid whose policy action is ``drain``, ``reset_gpu`` or ``reboot`` (or a fatal SXid, a
-  fatal EFA driver line) is reported once by the kernel log, so the drain it caused holds until
-  the node reboots (new boot id) or an admin resumes it. State checks (temperature, clocks,
-  row remap, processes left) and unmapped or application-class Xids never hold;
-* the prolog and epilog drain but never resume.
+  only when the current drain reason starts with our prefix, and not while a *hold* stands
+  (``hooks/holds.py``): every failing check of the run that drained the node, whichever hook
+  ran it, holds until that check passes again, the node reboots (new boot id) or an admin
+  clears it. Kernel-log evidence reported once (a mapped Xid whose policy action is ``drain``,
+  ``reset_gpu`` or ``reboot``, a fatal SXid, a fatal EFA driver line: :func:`hold_for`) cannot
+  pass again, so it holds until a reboot or a clear;
+* the prolog and epilog drain but never resume;
+* a drain may be held back by the fleet guard (``hooks/fleet.py``, in the runner).
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def decide(
         return Decision(NONE, "", "healthy")
     if node.drain and ours(node, prefix):
         if hold:
-            return Decision(NONE, node.reason, f"held until reboot or admin resume: {hold}")
+            return Decision(NONE, node.reason, f"held until the check passes again, a reboot "
+                            f"or `resilient-health clear-hold`: {hold}")
         if healthy_streak >= resume_after:
             return Decision(RESUME, node.reason,
                             f"healthy for {healthy_streak} consecutive runs (>= {resume_after})")

@@ -6,9 +6,12 @@ and emits one event per action (``drain``, ``reboot``, ``resume``, ``action_fail
 
 Cheap for the controller and never failing a healthy node: Slurm is asked only when an action
 may be needed (the node is unhealthy, or it is healthy and our own marker says we drained it);
-then about this node only. A healthy run makes no Slurm call at all, so a stalled controller
-cannot fail it. Non-essential I/O (events, metrics, verdict file, a corrupt state file) is
-reported on stderr and never changes the verdict or the exit status.
+then about this node only, plus, before a drain, one read of the drained set for the fleet
+guard (``hooks/fleet.py``). A healthy run makes no Slurm call at all, so a stalled controller
+cannot fail it. Holds (``hooks/holds.py``) are kept in the state file beside the healthy
+streak: recorded for each failing check when we drain, released when the check passes again.
+Non-essential I/O (events, metrics, verdict file, a corrupt state file) is reported on stderr
+and never changes the verdict or the exit status.
 
 Exit status (``act``): ``healthcheck/exits.py``'s ``HOOK_EXITS``.
 """
@@ -20,21 +23,34 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from resilient_slurm import fsutil
+from resilient_slurm import fsutil, verdict_file
 from resilient_slurm.config import Config
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import (
+    ActionFailed,
+    DrainSkipped,
+    EventKind,
+    EventLog,
+    FleetGuard,
+    Hold,
+    HoldReleased,
+    HookVerdict,
+    NodeAction,
+)
 from resilient_slurm.healthcheck.exits import EXIT_HEALTHY
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
-from resilient_slurm.hooks import nodestate, verdict
+from resilient_slurm.hooks import fleet, holds, nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
-from resilient_slurm.slurm import SlurmError, connect
+from resilient_slurm.slurm import SlurmBackend, SlurmError, connect
 
 ACTION_EVENTS = {nodestate.DRAIN: EventKind.DRAIN, nodestate.REBOOT: EventKind.REBOOT,
                  nodestate.RESUME: EventKind.RESUME}  # the event each node action emits
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def warn(source: str, what: str, exc: BaseException | str) -> None:
@@ -106,37 +122,39 @@ def event_log(config: Config, source: str, ctx: HookContext) -> SafeEvents:
                                job=ctx.job_id))
 
 
-def verdict_fields(report: Report) -> dict[str, Any]:
+def verdict_fields(report: Report) -> HookVerdict:
     failing = report.failing()
-    return {
-        "status": report.status,
-        "check": failing[0].check if failing else None,
-        "code": failing[0].code if failing else None,
-        "reason": failing[0].reason if failing else "healthy",
-        "evidence": [r.to_json() for r in failing] or None,
-        "simulated": report.simulated,
-        "check_set": report.check_set,
-        "duration_s": round(report.duration_s, 3),
-        "results": len(report.results),
-    }
+    return HookVerdict(
+        status=report.status,
+        check=failing[0].check if failing else None,
+        code=failing[0].code if failing else None,
+        reason=failing[0].reason if failing else "healthy",
+        evidence=[r.to_json() for r in failing] or None,
+        simulated=report.simulated,
+        check_set=report.check_set,
+        duration_s=round(report.duration_s, 3),
+        results=len(report.results),
+    )
 
 
 def record(config: Config, ctx: HookContext, source: str, report: Report, events: SafeEvents,
-           **extra: Any) -> None:
+           **extra: Unpack[HookVerdict]) -> None:
     """The run's verdict: event, published verdict file, metrics (each failure only warned)."""
-    events.emit(EventKind.VERDICT, **verdict_fields(report), **extra)
+    fields = verdict_fields(report)
+    fields.update(extra)
+    events.emit(EventKind.VERDICT, **fields)
     hook_settings = hooks_cfg(config)
     if hook_settings.verdict_file:
         try:
-            verdict.publish(hook_settings.verdict_file,
-                            verdict.verdict_record(report, source, ctx.job_id))
+            verdict_file.publish(hook_settings.verdict_file,
+                                 verdict.verdict_record(report, source, ctx.job_id))
         except OSError as exc:
             warn(source, f"verdict file {hook_settings.verdict_file}", exc)
     if hook_settings.metrics_file:
         from resilient_slurm.healthcheck.metrics import write_metrics as write
 
         try:
-            write(hook_settings.metrics_file, report)
+            write(hook_settings.metrics_file, report, source=source)
         except OSError as exc:
             warn(source, f"metrics file {hook_settings.metrics_file}", exc)
 
@@ -181,19 +199,45 @@ def node_lock(config: Config, source: str) -> Iterator[bool]:
 
 
 def act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
-        may_resume: bool, source: str = "hook") -> int:
-    """Decide and carry out the node action under the node lock; returns the exit status."""
+        may_resume: bool, source: str = "hook", scope: Sequence[int] | None = None,
+        rechecked: Collection[str] = ()) -> int:
+    """Decide and carry out the node action under the node lock; returns the exit status.
+
+    ``scope``: the GPU indices the run's GPU checks covered (None: every GPU), which says
+    whether a passing check proves a hold on some GPU good (``hooks/holds.py``).
+    ``rechecked``: checks this run ran only because a hold named them; if that hold ended
+    before the lock was had (an admin's ``clear-hold`` while the run checked), their results
+    are the admin's call, not new evidence, and are left out."""
     with node_lock(config, source):
-        return _act(config, ctx, report, events, may_resume=may_resume, source=source)
+        state = load_state(config, source)
+        ended = set(rechecked) - {h.get("check") for h in holds.load(state)}
+        kept = [r for r in report.results if r.check not in ended]
+        if ended and kept:
+            print(f"resilient-{source}: the hold on {', '.join(sorted(ended))} ended while "
+                  "this run re-ran it (clear-hold): its result is left out", file=sys.stderr)
+            report = dataclasses.replace(report, results=kept)
+        return _act(config, ctx, report, events, state, may_resume=may_resume, source=source,
+                    scope=scope)
 
 
-def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *,
-         may_resume: bool, source: str) -> int:
+def _released(events: SafeEvents, gone: list[tuple[holds.Hold, str]], by: str = "hook") -> None:
+    for hold, why in gone:
+        events.emit(EventKind.HOLD_RELEASED, **HoldReleased(
+            check=hold.get("check"), code=hold.get("code"), cause=why, by=by))
+
+
+def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
+         state: dict[str, Any], *, may_resume: bool, source: str,
+         scope: Sequence[int] | None) -> int:
+    """``act`` under the node lock, on ``state`` as read under it."""
     hook_settings = hooks_cfg(config)
-    state = load_state(config, source)
     healthy = report.status not in (FAIL, UNKNOWN)
     status = EXIT_HEALTHY if healthy else report.exit_code
     before = dict(state)
+    boot = (report.kernel_position or {}).get("boot_id")
+    held, gone = holds.release(holds.load(state), report, boot, scope)
+    _released(events, gone)
+    holds.store(state, held)
     if may_resume:
         state["healthy_streak"] = _int(state.get("healthy_streak")) + 1 if healthy else 0
         state["last_status"] = report.status
@@ -209,22 +253,34 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
     slurm = connect(conf=conf, backend="cli", timeout=hook_settings.slurm_timeout_s,
                     bin_dir=hook_settings.slurm_bin_dir, env={} if conf else None,
                     version_file=state_path(config, "slurm-version.json"))
-    boot = (report.kernel_position or {}).get("boot_id")
     try:
         node = slurm.node(ctx.node)  # this node only
         ours = node.drain and nodestate.ours(node, hook_settings.owner_prefix)
-        hold = state.get("hold")
-        if isinstance(hold, dict) and (not ours
-                                       or (boot and hold.get("boot_id") not in (None, boot))):
-            hold = None  # an admin resumed the node, or it rebooted since
+        if held and not ours:  # an admin resumed (or re-drained) the node: their call
+            _released(events, [(h, "the node is no longer drained by us") for h in held])
+            held = []
         decision = nodestate.decide(
             report, node, _int(state.get("healthy_streak")), prefix=hook_settings.owner_prefix,
             resume_after=hook_settings.resume_after, reboot_enabled=hook_settings.reboot_enabled,
-            may_resume=may_resume, hold=hold.get("code") if isinstance(hold, dict) else None)
-        cause = nodestate.hold_for(report)
-        if cause is not None and decision.action in (nodestate.DRAIN, nodestate.REBOOT):
-            hold = {"code": cause.drain_reason, "boot_id": boot, "since": time.time()}
-        state["hold"] = hold
+            may_resume=may_resume, hold=holds.summary(held))
+        guarded = decision.action in (nodestate.DRAIN, nodestate.REBOOT) and fleet.enabled(
+            hook_settings.max_drain_fraction, hook_settings.max_drains_per_interval)
+        if guarded and not _fleet_allows(slurm, config, ctx, report, events, source,
+                                         decision.reason, drained=False):
+            holds.store(state, held)
+            if state != before:
+                save_state(config, source, state)
+            return EXIT_HEALTHY  # kept up: a non-zero prolog/epilog would drain it
+        held_before = list(held)
+        if not healthy and (decision.action in (nodestate.DRAIN, nodestate.REBOOT) or ours):
+            known = {h.get("check") for h in held}
+            held = holds.record(held, report, source, boot, scope)
+            for h in held:
+                if h.get("check") not in known:
+                    events.emit(EventKind.HOLD, **Hold(
+                        check=h.get("check"), code=h.get("code"), device=h.get("device"),
+                        gpus=h.get("gpus"), once=h.get("once"), until=holds.until(h)))
+        holds.store(state, held)
         if decision.action in (nodestate.DRAIN, nodestate.REBOOT):
             state["drained"] = {"reason": decision.reason, "since": time.time()}
             save_state(config, source, state)  # before acting: a drain that times out may
@@ -235,13 +291,49 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents, *
             state["drained"] = {"reason": node.reason, "since": time.time()}
         if decision.action != nodestate.NONE:
             nodestate.apply(slurm, ctx.node, decision)
-            events.emit(ACTION_EVENTS[decision.action], reason=decision.reason, cause=decision.why,
-                        previous_state=node.describe())
+            events.emit(ACTION_EVENTS[decision.action], **NodeAction(
+                reason=decision.reason, cause=decision.why, previous_state=node.describe()))
         elif not healthy:
-            events.emit(EventKind.DRAIN_SKIPPED, reason=decision.reason, cause=decision.why)
+            events.emit(EventKind.DRAIN_SKIPPED,
+                        **DrainSkipped(reason=decision.reason, cause=decision.why))
+        if guarded and decision.action == nodestate.DRAIN:
+            time.sleep(fleet.SETTLE_S)  # then confirm: others may have drained with us
+            if not _fleet_allows(slurm, config, ctx, report, events, source, decision.reason,
+                                 drained=True):
+                slurm.resume(ctx.node)
+                state.pop("drained", None)
+                holds.store(state, held_before)
+                save_state(config, source, state)
+                return EXIT_HEALTHY
     except SlurmError as exc:
-        events.emit(EventKind.ACTION_FAILED, cause=str(exc), status=report.status)
+        events.emit(EventKind.ACTION_FAILED, **ActionFailed(cause=str(exc), status=report.status))
         warn(source, "Slurm", exc)
     if state != before:
         save_state(config, source, state)
     return status
+
+
+def _fleet_allows(slurm: SlurmBackend, config: Config, ctx: HookContext, report: Report,
+                 events: SafeEvents, source: str, reason: str, *, drained: bool) -> bool:
+    """The fleet guard on draining (``drained``: keeping drained) this node, from one census
+    query; when it says no, the shared cause is raised (event, stderr, syslog). An unreadable
+    census allows: the node is bad and nothing says the fleet is."""
+    hook_settings = hooks_cfg(config)
+    causes = nodestate.root_causes(report)
+    cause = causes[0].code if causes else "UNKNOWN"
+    try:
+        seen = fleet.census(slurm)
+    except SlurmError as exc:
+        warn(source, "fleet guard: drained set unreadable, draining anyway", exc)
+        return True
+    guard = fleet.decide(cause, ctx.node, seen, prefix=hook_settings.owner_prefix,
+                         max_fraction=hook_settings.max_drain_fraction,
+                         max_per_interval=hook_settings.max_drains_per_interval,
+                         interval_s=hook_settings.drain_interval_s, now=time.time(),
+                         drained=drained)
+    if not guard.allow:
+        events.emit(EventKind.FLEET_GUARD, **FleetGuard(
+            cause=guard.cause, same=guard.same, total=guard.total, recent=guard.recent,
+            why=guard.why, reason=reason, undone=drained))
+        fleet.shout(source, ctx.node, guard, undone=drained)
+    return guard.allow

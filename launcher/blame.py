@@ -6,12 +6,14 @@ hooks published for the node (HealthCheckProgram, epilog), our ``rhc:`` drains, 
 Slurm state, and the per-node start/exit records of this cycle's step. ``decide`` judges it:
 
 * **strong** evidence blames a node at once: a drain reason set by our health hooks (``rhc:``),
-  a node Slurm sees as DOWN / NOT_RESPONDING / FAIL, a ``fail`` verdict the hooks published
+  a node Slurm sees as DOWN or FAIL, or as NOT_RESPONDING when its launcher started and never
+  reported an exit (the node went away), a ``fail`` verdict the hooks published
   during (or just before) the cycle, or a straggler verdict (``launcher/straggler.py``: slower
   than the median by the set factor over the window; the launcher stopped the cycle for it);
 * **weak** evidence adds one strike to the node's ledger: a published ``unknown`` while most
   other nodes published a definite answer, a node whose launcher never started while others
-  did ("never answered"), or a drain with another reason (``Prolog error``, ...). A node
+  did ("never answered"), a drain with another reason (``Prolog error``, ...), or
+  NOT_RESPONDING on a node whose launcher reported its exit (a late slurmd ping). A node
   reaching ``max_strikes`` is blamed;
 * never evidence: a node whose launcher started, was asked to stop and was then killed by the
   step's teardown (slow to stop, killed after ``KillWait``); exit codes and torchelastic error
@@ -31,6 +33,7 @@ from resilient_slurm.status import FAIL, OK, UNKNOWN, WARN
 
 HOOK_PREFIX = "rhc:"
 BAD_STATES = frozenset({"DOWN", "NOT_RESPONDING", "FAIL"})
+LOST_STATES = frozenset({"DOWN", "FAIL"})  # strong on their own; NOT_RESPONDING needs a lost task
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ def strong_reasons(ev: NodeEvidence) -> list[str]:
     if ev.drain_reason.startswith(HOOK_PREFIX):
         reasons.append(f"drained by health hook: {ev.drain_reason}")
     words = set(ev.slurm_state.upper().split("+"))
-    if words & BAD_STATES:
-        reasons.append(f"slurm state {ev.slurm_state}")
+    if words & LOST_STATES or ("NOT_RESPONDING" in words and lost_task(ev)):
+        reasons.append(f"slurm state {ev.slurm_state}"
+                       + ("" if words & LOST_STATES else ", its launcher never reported an exit"))
     if ev.verdict == FAIL:
         reasons.append("health verdict fail: " + (", ".join(ev.verdict_codes) or "no code"))
     if ev.slow:
@@ -79,8 +83,17 @@ def strong_reasons(ev: NodeEvidence) -> list[str]:
     return reasons
 
 
+def lost_task(ev: NodeEvidence) -> bool:
+    """The node's launcher started and never wrote its exit record (the node went away)."""
+    return ev.started is True and ev.exit_code is None
+
+
 def weak_reasons(ev: NodeEvidence, others_answered: bool, others_started: bool) -> list[str]:
     reasons = []
+    words = set(ev.slurm_state.upper().split("+"))
+    if "NOT_RESPONDING" in words and not words & LOST_STATES and not lost_task(ev):
+        reasons.append(f"slurm state {ev.slurm_state} (its launcher reported its exit: "
+                       "perhaps only a late slurmd ping)")
     if ev.verdict == UNKNOWN and others_answered:
         reasons.append("health verdict unknown"
                        + (f" ({', '.join(ev.verdict_codes)})" if ev.verdict_codes else ""))

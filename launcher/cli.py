@@ -13,19 +13,23 @@ import sys
 
 import click
 
-from resilient_slurm.launcher import plan, published, straggler
-from resilient_slurm.launcher.supervisor import (
-    EXIT_ERROR,
-    EXIT_MEANINGS,
-    EXIT_USAGE,
-    Settings,
-    Supervisor,
+from resilient_slurm import verdict_file
+from resilient_slurm.launcher import (
+    exclusions,
+    ft_config,
+    plan,
+    spares,
+    straggler,
+    torchrun_args,
 )
+from resilient_slurm.launcher.exits import EXIT_ERROR, EXIT_MEANINGS, EXIT_USAGE
+from resilient_slurm.launcher.settings import Settings
+from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
 
 
 def _exit_codes() -> str:
-    """The "Exit codes" part of --help, from ``supervisor.EXIT_MEANINGS``."""
+    """The "Exit codes" part of --help, from ``exits.EXIT_MEANINGS``."""
     lines = ["\b", "Exit codes:"]
     for code, meaning in EXIT_MEANINGS:
         first, *rest = meaning.split("\n")
@@ -42,6 +46,9 @@ published verdict finds a cause.
 A blamed node is left out of the next cycle; with enough survivors (--min-nodes) the
 job goes on in its allocation and the node is released back to Slurm (except the
 batch host), else the job is requeued with the node in ExcNodeList.
+With --spares K the training runs on N = allocated - K nodes and a blamed node is
+swapped for a standby whose published health verdict is ok: same world size, no
+requeue, no shrink; with no healthy spare left, as above (docs/launcher.md).
 \b
 State (--state-dir): events.jsonl (every cycle, fault, hang detection, blame, exclusion,
 release, requeue, verdict; training events land there too via RESILIENT_EVENTS_FILE),
@@ -73,25 +80,67 @@ def _die(msg: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-@click.command(context_settings={"ignore_unknown_options": True,
-                                 "allow_interspersed_args": False,
+class TorchrunCommand(click.Command):
+    """A click command that reads torchrun's whole command line first
+    (``torchrun_args.split``): torchrun's options the launcher owns are consumed (noted in
+    ``ctx.meta``), those ft_launcher takes are passed on, unknown ones are a usage error
+    naming the flag, all before the callback looks at the allocation."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ours: dict[str, bool] = {}
+        for p in self.get_params(ctx):
+            if isinstance(p, click.Option):
+                for name in (*p.opts, *p.secondary_opts):
+                    ours[name] = not (p.is_flag or p.count)
+        try:
+            found = torchrun_args.split(args, ours)
+        except torchrun_args.UsageError as exc:
+            raise click.UsageError(str(exc), ctx) from None
+        ctx.meta["torchrun"] = found
+        return super().parse_args(ctx, found.ours)
+
+
+@click.command(cls=TorchrunCommand,
+               context_settings={"allow_interspersed_args": False,
                                  "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.version_option(package_name="resilient-slurm", prog_name="resilient-launch",
+                      message="%(prog)s %(version)s")
 @click.option("--nproc-per-node", "--nproc_per_node", default="1", show_default=True,
               help="Workers per node (int, gpu, cpu, auto).")
 @click.option("-m", "--module", is_flag=True, help="Run SCRIPT as a Python module.")
 @click.option("--min-nodes", type=click.IntRange(1), default=None,
               help="Fewest nodes to train on before requeueing [default: all allocated].")
+@click.option("--spares", "spares_k", type=click.IntRange(0), default=0, show_default=True,
+              metavar="K",
+              help="Hot spares: train on all allocated nodes but K; the K stand by, idle. A "
+                   "blamed node (lost GPU, node down, the hooks' fail) is swapped for a spare "
+                   "whose published verdict is ok, inside the allocation (same world size; "
+                   "the spare's ranks restore from the peers' memory-tier copies). None left: "
+                   "shrink (--min-nodes) or requeue. K >= 0, leaving >= 1 training node.")
 @click.option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
               help="In-job restarts (ft_launcher) per cycle, counted for the whole job: one "
                    "fault is one restart however many nodes restart for it.")
 @click.option("--max-requeues", type=click.IntRange(0), default=3, show_default=True,
-              help="Requeues allowed; SLURM_RESTART_COUNT never exceeds it.")
+              help="Requeues the launcher may ask for (counted in its ledger; Slurm's own "
+                   "requeues for preemption or node failure do not count).")
+@click.option("--exclusion-ttl", type=click.FloatRange(min=0), default=exclusions.DEFAULT_TTL_S,
+              show_default=True, metavar="SECONDS",
+              help="An excluded node comes back after this long unless Slurm or its health "
+                   "verdict still says it is bad (0: never).")
 @click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1), default=60.0,
               show_default=True, help="Seconds without a rank heartbeat before a restart.")
+@click.option("--heartbeat-floor", type=click.FloatRange(min=1), default=10.0,
+              show_default=True,
+              help="Without --heartbeat-timeout (here or in your NVRx config), scripts that "
+                   "support it (train_fsdp.py, training.liveness) set the heartbeat timeout "
+                   "from NVRx's calculation over their own heartbeats after 10 steps, never "
+                   "below this many seconds.")
 @click.option("--initial-heartbeat-timeout", type=click.FloatRange(min=0.1), default=300.0,
               show_default=True, help="Seconds allowed until a rank's first heartbeat.")
-@click.option("--term-timeout", type=click.FloatRange(min=0.1), default=10.0,
-              show_default=True, help="Seconds between SIGTERM and SIGKILL of ranks.")
+@click.option("--term-timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds between SIGTERM and SIGKILL of ranks (time to save) [default: "
+                   f"NVRx's own, {plan.NVRX_TERM_TIMEOUT:g}]; keep it under the --signal "
+                   "lead time and KillWait.")
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
               help="Where the script saves checkpoints, in any common layout (progress is "
                    "read from here) [default: the script's own --checkpoint-dir, else none].")
@@ -104,7 +153,7 @@ def _die(msg: str) -> None:
                    "progress (a higher reported step or a newer complete checkpoint).")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
-@click.option("--verdict-path", default=published.DEFAULT_PATH, show_default=True,
+@click.option("--verdict-path", default=verdict_file.DEFAULT_PATH, show_default=True,
               envvar="RESILIENT_VERDICT_PATH",
               help="The health verdicts the hooks publish ([hooks] verdict_file), {node} per "
                    "node, read on the node when not visible here; empty: blame from Slurm "
@@ -112,8 +161,17 @@ def _die(msg: str) -> None:
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")
+@click.option("--node-query-interval", type=click.FloatRange(min=1), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="While a step runs, ask Slurm about each of its nodes (one single-node "
+                   "query each) at least this often; sooner on trouble or a flagged node.")
 @click.option("--health-timeout", type=click.FloatRange(min=1), default=30.0,
               show_default=True, help="Seconds reading the published verdicts may take.")
+@click.option("--verdict-wait", type=click.FloatRange(min=0), default=45.0,
+              show_default=True, metavar="SECONDS",
+              help="A failed cycle that blames no node waits this long at most for every "
+                   "node's next published verdict (the hooks' HealthCheckInterval, 30 s by "
+                   "default, plus a margin) before requeuing or stopping; 0: never waits.")
 @click.option("--on-straggler", type=click.Choice(straggler.POLICIES), default="exclude",
               show_default=True,
               help="A node computing --straggler-factor times slower than the median over "
@@ -146,10 +204,13 @@ def _die(msg: str) -> None:
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
-         min_nodes: int | None, max_restarts: int, max_requeues: int, heartbeat_timeout: float,
-         initial_heartbeat_timeout: float, term_timeout: float, checkpoint_dir: str | None,
+         min_nodes: int | None, spares_k: int, max_restarts: int, max_requeues: int,
+         exclusion_ttl: float,
+         heartbeat_timeout: float, heartbeat_floor: float,
+         initial_heartbeat_timeout: float, term_timeout: float | None, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str, max_blame_share: float, health_timeout: float, on_straggler: str,
+         verdict_path: str, max_blame_share: float, node_query_interval: float,
+         health_timeout: float, verdict_wait: float, on_straggler: str,
          straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
          ft_args: tuple[str, ...],
          srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, dry_run: bool) -> None:
@@ -159,6 +220,14 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     In an sbatch script, instead of `srun torchrun --nproc-per-node 8 train.py ...`:
       exec resilient-launch --nproc-per-node 8 train.py --lr 3e-4
     """
+    ctx = click.get_current_context()
+    try:
+        opts = launch_options(ctx)
+    except ft_config.FtConfigError as exc:
+        _die(str(exc))
+    found = ctx.meta.get("torchrun") or torchrun_args.Split()
+    for note in found.notes:
+        click.echo(f"resilient-launch: note: {note}", err=True)
     env = dict(os.environ)
     try:
         alloc = plan.Allocation.from_env(env)
@@ -167,19 +236,21 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     ckpt = checkpoint_dir or _default_ckpt(args)
     ckpt = os.path.abspath(ckpt) if ckpt else None
     sdir = os.path.abspath(state_dir or default_state_dir(alloc.job_id, ckpt))
-    if min_nodes is not None and min_nodes > len(alloc.nodes):
-        _die(f"--min-nodes {min_nodes} > {len(alloc.nodes)} allocated node(s)")
-    opts = plan.LaunchOptions(
-        script=script, script_args=args, module=module, nproc_per_node=nproc_per_node,
-        max_restarts=plan.ft_restart_budget(max_restarts), heartbeat_timeout=heartbeat_timeout,
-        initial_heartbeat_timeout=initial_heartbeat_timeout, term_timeout=term_timeout,
-        ft_args=ft_args, srun_args=srun_args, ft_launcher=ft_launcher)
-    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir,
-                   min_nodes=min_nodes or len(alloc.nodes), max_requeues=max_requeues,
+    try:
+        train = spares.check(spares_k, len(alloc.nodes), min_nodes)
+    except spares.SpareError as exc:
+        _die(str(exc))
+    if spares_k and inprocess:
+        _die("--spares with --inprocess is not supported: level 0 leaves a bad node's ranks "
+             "out in the same processes, a spare joins only in a new cycle (docs/launcher.md)")
+    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir, spares=spares_k,
+                   min_nodes=min_nodes or train, max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
                    health_timeout=health_timeout, checkpoint_marker=checkpoint_marker,
-                   max_restarts=max_restarts,
+                   verdict_wait=verdict_wait,
+                   node_query_interval=node_query_interval,
+                   max_restarts=max_restarts, exclusion_ttl=exclusion_ttl,
                    straggler=straggler.Settings(straggler_factor, straggler_window,
                                                 max_blame_share if 0 < max_blame_share < 1
                                                 else straggler.DEFAULT_MAX_SHARE,
@@ -199,7 +270,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         from resilient_slurm.launcher import inprocess_plan
 
         try:
-            opts = inprocess_plan.configure(opts, cfg.min_nodes, len(alloc.nodes))
+            opts = inprocess_plan.configure(opts, features, cfg.min_nodes, len(alloc.nodes))
             if not dry_run:
                 store = inprocess_plan.StoreHost()
                 store.start()
@@ -225,6 +296,35 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     sys.exit(code)
 
 
+def launch_options(ctx: click.Context) -> plan.LaunchOptions:
+    """What shapes each cycle's command line, from the parsed command line (``ctx``: after
+    ``TorchrunCommand.parse_args``): torchrun's passed-on flags first, then ``--ft-arg``s.
+    Raises ``FtConfigError`` for an unreadable ``--ft-cfg-path``."""
+    p = ctx.params
+    found = ctx.meta.get("torchrun") or torchrun_args.Split()
+    ft_args = (*found.passed, *p["ft_args"])
+    return plan.LaunchOptions(
+        script=p["script"], script_args=tuple(p["args"]), module=p["module"],
+        nproc_per_node=p["nproc_per_node"],
+        max_restarts=plan.ft_restart_budget(p["max_restarts"]),
+        heartbeat_timeout=p["heartbeat_timeout"],
+        initial_heartbeat_timeout=p["initial_heartbeat_timeout"],
+        term_timeout=p["term_timeout"], ft_args=ft_args, srun_args=tuple(p["srun_args"]),
+        ft_launcher=p["ft_launcher"], user_ft=ft_config.user_ft_settings(ft_args),
+        extra_env=adapt_env(ctx))
+
+
+def adapt_env(ctx: click.Context) -> dict[str, str]:
+    """``RESILIENT_HEARTBEAT_FLOOR`` for the ranks when the user chose no heartbeat timeout:
+    the script may then adapt it from its own heartbeats (docs/launcher.md)."""
+    found = ctx.meta.get("torchrun") or torchrun_args.Split()
+    user = ft_config.user_ft_settings((*found.passed, *ctx.params["ft_args"]))
+    if ctx.get_parameter_source("heartbeat_timeout") is not click.core.ParameterSource.DEFAULT \
+            or "rank_heartbeat_timeout" in user:
+        return {}
+    return {"RESILIENT_HEARTBEAT_FLOOR": f"{ctx.params['heartbeat_floor']:g}"}
+
+
 def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
                 features: plan.Features, cfg: Settings) -> None:
     from resilient_slurm.launcher import evidence, ledger
@@ -237,6 +337,10 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     echo = click.echo
     echo(f"job {alloc.job_id} restart {alloc.restart_count}/{cfg.max_requeues}: allocation "
          f"{','.join(alloc.nodes)}; excluded {','.join(sorted(node_ledger.excluded)) or '-'}")
+    if cfg.spares:
+        nodes, standby = spares.split(nodes, len(alloc.nodes) - cfg.spares, alloc.batch_node)
+        echo(f"hot spares: {','.join(standby) or '-'} (--spares {cfg.spares}); "
+             + spares.nvrx_note(features.version))
     echo(f"nodes: {','.join(nodes)} (min {cfg.min_nodes}); addresses: "
          + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
     echo(f"nvidia-resiliency-ext {features.version or '?'}: "
@@ -249,7 +353,16 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
         return
     cycle = plan.plan_cycle(alloc, opts, features, nodes, addrs, node_ledger.cycles + 1, cycle_dir)
     echo(f"cycle {cycle.number}: rendezvous {cycle.endpoint} id {cycle.rdzv_id}")
+    if opts.min_nnodes:
+        from resilient_slurm.launcher import inprocess_plan
+
+        echo("in-process level 1: " + inprocess_plan.level1_span(features, opts.min_nnodes,
+                                                                 len(cycle.nodes)))
     echo(shlex.join(cycle.argv))
+    floor = opts.extra_env.get("RESILIENT_HEARTBEAT_FLOOR")
+    echo(f"hang detection: heartbeat timeout {opts.heartbeat_timeout:g} s"
+         + (f", adapted by scripts that support it (NVRx's calculation, floor {floor} s)"
+            if floor else " (yours)") + f"; initial {opts.initial_heartbeat_timeout:g} s")
     echo(f"published health verdicts: {cfg.verdict_path or '-'}")
     if cfg.straggler is not None:
         st = cfg.straggler

@@ -13,22 +13,30 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from resilient_slurm.launcher import blame, plan, published
-from resilient_slurm.slurm import SlurmBackend, SlurmError
+from resilient_slurm import verdict_file
+from resilient_slurm.launcher import blame, plan
+from resilient_slurm.slurm import Node, SlurmBackend, SlurmError
+from resilient_slurm.status import FAIL
+
+if TYPE_CHECKING:
+    from resilient_slurm.launcher.settings import Settings
 
 
 def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
-    """Each node's NodeAddr (``Node.addr`` from the seam, else DNS); "" when none is known."""
+    """Each node's NodeAddr (``Node.addr`` from the seam, else DNS); "" when none is known.
+    One single-node query per node of the job, never the whole node table."""
     addrs: dict[str, str] = {}
-    try:
-        for n in slurm.nodes(list(nodes)):
-            if n.addr:
-                addrs[n.name] = n.addr
-    except SlurmError:
-        pass
+    for name in nodes:
+        try:
+            n = slurm.node(name)
+        except SlurmError:
+            continue
+        if n.addr:
+            addrs[n.name] = n.addr
     for name in nodes:
         if name not in addrs:
             try:
@@ -39,12 +47,25 @@ def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
 
 
 def node_states(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """node -> ("STATE+FLAGS", reason); empty when the controller does not answer."""
+    """node -> ("STATE+FLAGS", reason); empty when the controller does not answer. Reads the
+    whole node table: only for blame after a failed cycle, never in the watch loop."""
     try:
-        return {n.name: ("+".join([n.state, *sorted(n.flags)]), n.reason)
-                for n in slurm.nodes(list(nodes))}
+        return {n.name: (_state_flags(n), n.reason) for n in slurm.nodes(list(nodes))}
     except SlurmError:
         return {}
+
+
+def node_state(slurm: SlurmBackend, node: str) -> str:
+    """One node's "STATE+FLAGS" from a single-node query ("" when Slurm does not answer)."""
+    try:
+        n = slurm.node(node)
+    except SlurmError:
+        return ""
+    return _state_flags(n)
+
+
+def _state_flags(n: Node) -> str:
+    return "+".join([n.state, *sorted(n.flags)])
 
 
 def _read_records(paths: list[str]) -> dict[str, dict[str, Any]]:
@@ -98,11 +119,11 @@ def error_files(cycle_dir: str) -> dict[str, list[str]]:
 
 def verdicts(pattern: str, nodes: Sequence[str], since: float, max_age: float,
              job_id: int, env: Mapping[str, str], out_dir: str,
-             timeout: float) -> dict[str, published.Verdict]:
+             timeout: float) -> dict[str, verdict_file.Verdict]:
     """Each node's published verdict, fresh ones only (time >= ``since - max_age``): read
     here where the file is visible (shared storage), else on the node itself through one
     ``srun --overlap`` that only reads (no root check runs as the user)."""
-    got = {n: published.read(published.path_for(pattern, n)) for n in nodes}
+    got = {n: verdict_file.read(verdict_file.path_for(pattern, n)) for n in nodes}
     missing = [n for n, v in got.items() if v is None]
     if missing and pattern:
         got.update(_read_remote(pattern, missing, job_id, env, out_dir, timeout))
@@ -110,7 +131,7 @@ def verdicts(pattern: str, nodes: Sequence[str], since: float, max_age: float,
 
 
 def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[str, str],
-                 out_dir: str, timeout: float) -> dict[str, published.Verdict | None]:
+                 out_dir: str, timeout: float) -> dict[str, verdict_file.Verdict | None]:
     cmd = [sys.executable, "-m", "resilient_slurm.launcher.published", pattern]
     argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir), *cmd],
                              ["--overlap", f"--time={max(1, int(timeout // 60) + 1)}"], job_id)
@@ -122,11 +143,111 @@ def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[s
     except (subprocess.TimeoutExpired, OSError):
         pass
     recs = exit_records(out_dir)
-    return {n: published.parse(str(recs.get(n, {}).get("stdout", ""))) for n in nodes}
+    return {n: verdict_file.parse(str(recs.get(n, {}).get("stdout", ""))) for n in nodes}
+
+
+def reader(cfg: Settings, nodes: Sequence[str], since: float, job_id: int,
+           env: Mapping[str, str], out_dir: str
+           ) -> Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None:
+    """The published verdicts of ``nodes`` (:func:`verdicts`) as ``read(after)``: those taken
+    at ``after`` or later, or with None those fresh for a cycle begun at ``since``; None
+    without a verdict path."""
+    if not cfg.verdict_path:
+        return None
+
+    def read(after: float | None) -> Mapping[str, verdict_file.Verdict]:
+        return verdicts(cfg.verdict_path, nodes, since if after is None else after,
+                        cfg.verdict_max_age if after is None else 0.0, job_id, env, out_dir,
+                        cfg.health_timeout)
+    return read
+
+
+def assess(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
+           read: Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None,
+           cfg: Settings, strikes: Mapping[str, int], slow: Mapping[str, str]
+           ) -> tuple[blame.Decision, list[blame.NodeEvidence]]:
+    """Gather the evidence and judge it (:func:`blame.decide`); when that blames nobody, wait
+    for the nodes' next published verdicts (:func:`await_fresh`, ``read(after)``;
+    ``read(None)``: the verdicts fresh for this cycle) and judge once more."""
+    def judge() -> tuple[blame.Decision, list[blame.NodeEvidence]]:
+        evs = gather(slurm, nodes, cycle_dir, read(None) if read else {}, slow)
+        return blame.decide(evs, strikes, cfg.max_strikes, cfg.max_blame_share), evs
+
+    decision, evs = judge()
+    if not decision.blamed and read is not None and cfg.verdict_wait > 0:
+        print(f"resilient-launch: no node to blame; waiting up to {cfg.verdict_wait:.0f} s for "
+              "the hooks' next verdicts", flush=True)
+        if await_fresh(read, nodes, time.time(), cfg.verdict_wait):
+            decision, evs = judge()
+    return decision, evs
+
+
+def await_fresh(read: Callable[[float], Mapping[str, verdict_file.Verdict]],
+                nodes: Sequence[str], after: float, wait_s: float, every: float = 5.0,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> bool:
+    """A failed cycle that blamed nobody: wait, at most ``wait_s``, until every node has
+    published a verdict taken after the failure (``after``, wall clock; ``read(after)``: the
+    verdicts at least that new) or one of them fails. A node whose GPU was lost a moment before
+    its restarts ran out has no verdict saying so yet (the HealthCheckProgram runs every
+    HealthCheckInterval, 30 s by default): a requeue on the older ones would requeue the job
+    onto the same bad node instead of leaving it out. True when a new verdict came."""
+    if wait_s <= 0 or not nodes:
+        return False
+    got: Mapping[str, verdict_file.Verdict] = {}
+
+    def answered() -> bool:
+        nonlocal got
+        got = read(after)
+        return len(got) >= len(nodes) or any(v.status == FAIL for v in got.values())
+
+    _poll(answered, wait_s, every, clock, sleep)
+    return bool(got)
+
+
+def vanished(record_dir: str, nodes: Sequence[str]) -> list[str]:
+    """Nodes whose launcher started, was never asked to stop and never wrote its exit record:
+    after the step ended, a node that went away (its shim died with it), not yet proven."""
+    recs, starts = exit_records(record_dir), step_records(record_dir)
+    return [n for n in nodes
+            if n in starts and n not in recs and not starts[n].get("signalled")]
+
+
+def await_lost(state_of: Callable[[str], str], nodes: Sequence[str], wait_s: float,
+               every: float = 5.0, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
+    """Slurm's view of vanished ``nodes`` (``state_of``: one single-node query, "STATE+FLAGS"),
+    polled every ``every`` s until each is NOT_RESPONDING, DOWN or FAIL, or ``wait_s`` passed:
+    node -> the last state seen. A cycle can end before Slurm's next ping notices a lost node
+    (NVRx >= 0.6 stops the survivors at once when a peer is lost; Slurm pings every
+    SlurmdTimeout/3, 100 s by default): blame then finds it ALLOCATED and blames nobody."""
+    seen: dict[str, str] = {}
+
+    def all_flagged() -> bool:
+        for n in nodes:
+            if not _flagged(seen.get(n, "")):
+                seen[n] = state_of(n)
+        return all(_flagged(seen[n]) for n in nodes)
+
+    _poll(all_flagged, wait_s, every, clock, sleep)
+    return seen
+
+
+def _poll(done: Callable[[], bool], wait_s: float, every: float,
+          clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    """Call ``done`` now and every ``every`` s until it is true or ``wait_s`` passed."""
+    deadline = clock() + wait_s
+    while not done() and clock() < deadline:
+        sleep(every)
+
+
+def _flagged(state: str) -> bool:
+    words = set(state.upper().split("+"))
+    return bool(words & (blame.LOST_STATES | {"NOT_RESPONDING"}))
 
 
 def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
-           found: Mapping[str, published.Verdict],
+           found: Mapping[str, verdict_file.Verdict],
            slow: Mapping[str, str] | None = None) -> list[blame.NodeEvidence]:
     """Evidence per node; ``slow``: node -> the straggler verdict's evidence, if any."""
     states = node_states(slurm, nodes)

@@ -5,7 +5,9 @@
   rebuild the process group and restore from memory (a buddy's peer copy when a rank died).
 * **Level 1** (``ft_launcher`` on each node): ``--ft-restart-policy=min-healthy`` with
   ``--nnodes=MIN:N`` restarts the workers only when fewer than ``MIN`` agents are healthy, or
-  on missing heartbeats; fresh processes load the disk checkpoint. Its heartbeat timeouts
+  on missing heartbeats; fresh processes load the disk checkpoint. NVRx 0.4.1-0.5.x only:
+  0.6 and 0.7 accept only ``any-failed`` and read ``MIN:N`` as hot spares, so ``--inprocess``
+  refuses them with a clear error (exit 2). Its heartbeat timeouts
   must exceed level 0's hard timeout, else it would restart what level 0 is still handling.
 * **Level 2** (this launcher): blame, exclusion and requeue, unchanged; the training's
   ``resume`` events say which level handled a fault (``level: inprocess``) and which ranks and
@@ -27,10 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from resilient_slurm import proc
-
 if TYPE_CHECKING:
-    from resilient_slurm.launcher.plan import LaunchOptions
+    from resilient_slurm.launcher.plan import Features, LaunchOptions
 
 MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
 DEFAULT_HARD_TIMEOUT = 20.0  # train_fsdp.py --hard-timeout default
@@ -40,23 +40,32 @@ class InprocessPlanError(ValueError):
     """In-process restart cannot be wired with these options or this NVRx."""
 
 
-def node_range_supported(help_text: str) -> bool:
-    """Whether this ``ft_launcher`` takes ``--nnodes MIN:MAX`` (read from its ``--help``)."""
-    return "--nnodes" in help_text and "minimum_nodes" in help_text.replace(" ", "")
+NVRX_06_NOTE = ("from NVRx 0.6 ft_launcher takes only --ft-restart-policy=any-failed (it restarts "
+                "every rank when any worker fails, undoing level 0) and --nnodes MIN:MAX means "
+                "MAX-MIN hot spares without ranks")
 
 
-def restart_policy_supported(help_text: str) -> bool:
-    return "--ft-restart-policy" in help_text and "min-healthy" in help_text
+def level1_span(features: Features, min_nodes: int, nnodes: int) -> str:
+    """What level 1 asks of this NVRx, in words (``--dry-run``, docs/inprocess.md)."""
+    return (f"ft_launcher --nnodes={min_nodes}:{nnodes} --ft-restart-policy=min-healthy on NVRx "
+            f"{features.version or '?'}: an elastic range, every one of the {nnodes} nodes "
+            f"runs ranks and level 1 restarts only below {min_nodes} healthy nodes (never hot "
+            "spares, which is what MIN:MAX means from NVRx 0.6)")
 
 
-def ft_args(help_text: str, min_nodes: int, nnodes: int, heartbeat_timeout: float,
+def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: float,
             initial_heartbeat_timeout: float,
             hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> tuple[str, list[str]]:
     """(the ``--nnodes`` value, extra ft_launcher flags) for level 1 under level 0."""
-    if not restart_policy_supported(help_text):
-        raise InprocessPlanError("this ft_launcher has no --ft-restart-policy=min-healthy "
-                                 "(NVRx >= 0.4.1 needed for --inprocess)")
-    if not node_range_supported(help_text):
+    if "min-healthy" not in features.restart_policies:
+        have = ", ".join(sorted(features.restart_policies)) or "no --ft-restart-policy"
+        raise InprocessPlanError(
+            f"--inprocess needs ft_launcher's --ft-restart-policy=min-healthy "
+            f"(nvidia-resiliency-ext 0.4.1-0.5.x); the installed "
+            f"{features.version or 'NVRx'} has {have}: {NVRX_06_NOTE}. Run without "
+            "--inprocess (in-job restarts work on every NVRx) or install "
+            "'nvidia-resiliency-ext>=0.4.1,<0.6' (docs/inprocess.md)")
+    if "--nnodes" not in features.flags:
         raise InprocessPlanError("this ft_launcher does not take --nnodes MIN:MAX")
     if not 1 <= min_nodes <= nnodes:
         raise InprocessPlanError(f"--min-nodes {min_nodes} must be within 1..{nnodes}")
@@ -79,11 +88,11 @@ def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str) -> dict[str
     return env
 
 
-def configure(opts: LaunchOptions, min_nodes: int, nnodes: int,
+def configure(opts: LaunchOptions, features: Features, min_nodes: int, nnodes: int,
               hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> LaunchOptions:
-    """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be)."""
-    out = proc.run([opts.ft_launcher, "--help"], timeout=60.0)
-    span, extra = ft_args(out.stdout + out.stderr, min_nodes, nnodes, opts.heartbeat_timeout,
+    """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be), from
+    the installed ft_launcher's detected (cached) features."""
+    span, extra = ft_args(features, min_nodes, nnodes, opts.heartbeat_timeout,
                           opts.initial_heartbeat_timeout, hard_timeout)
     given = {a.split("=", 1)[0] for a in opts.ft_args}
     extra = [a for a in extra if a.split("=", 1)[0] not in given]

@@ -2,9 +2,16 @@
 
 It fills ``{local_addr}`` (this node's address from ``--addrs-file``, a JSON map node ->
 address, so no argv carries the whole node list; the option carrying it is dropped when
-unknown) and ``{node}`` into CMD, runs it, and forwards SIGTERM/SIGINT/SIGUSR1/SIGUSR2 to it
-(each signal once: Slurm signals every process of the step as well, and a second SIGTERM would
-cut ft_launcher's own orderly stop short).
+unknown) and ``{node}`` into CMD, runs it, and forwards SIGTERM/SIGINT to it (each signal
+once: Slurm signals every process of the step as well, and a second SIGTERM would cut
+ft_launcher's own orderly stop short).
+
+SIGUSR1/SIGUSR2 (``sbatch --signal=USR1@T`` without ``B:``, ``scancel -s USR1 JOB``) mean
+"save, then requeue", as the batch shell's ``B:USR1`` does. ft_launcher handles only
+TERM/INT/HUP/QUIT and would die of USR1's default action, so CMD starts with USR1/USR2 ignored
+(its workers inherit that; a script that handles USR1 installs its own handler) and the shim
+turns the signal into ft_launcher's orderly stop: SIGTERM to CMD (the ranks save), a
+``step_signal`` event for the supervisor (which then stops the step and requeues the job).
 
 Records, each written atomically under ``--record-dir``:
 
@@ -15,10 +22,18 @@ Records, each written atomically under ``--record-dir``:
 So the supervisor tells a node that never answered (no ``started``) from one killed by the
 step's teardown (``started`` and ``signalled`` but no exit record) and signals the step by id.
 
-When ``$RESILIENT_EVENTS_FILE`` is set, CMD's stderr passes through this shim line by line, and
-the moment NVRx's rank monitor reports missing heartbeats ("Did not get subsequent heartbeat")
-becomes a ``hang_detected`` event (node, rank, the timeout it waited), so the report can tell
-when a hang was found, not only when training resumed.
+CMD runs with ``TMPDIR`` set to a fresh private directory (0700, ``mkdtemp`` under the
+step's own ``TMPDIR`` or ``/tmp``), removed when CMD ends. ft_launcher names its IPC sockets
+``$TMPDIR/_ft_launcher<pid>...socket`` and unlinks any stale one first: in a shared sticky
+``/tmp`` the socket a SIGKILLed launcher of another user left under a pid now reused is not
+ours to unlink (EPERM), and ft_launcher dies at start ("Agent run ended with exception,
+e=PermissionError"; seen with pids wrapping at 32768 under parallel test jobs).
+
+When ``$RESILIENT_EVENTS_FILE`` is set, CMD's stderr passes through this shim line by line
+(``launcher/relay.py``: bounded, never blocking the ranks, drops counted), and the moment
+NVRx's rank monitor reports missing heartbeats ("Did not get subsequent heartbeat") becomes a
+``hang_detected`` event (node, rank, the timeout it waited), so the report can tell when a
+hang was found, not only when training resumed.
 """
 
 from __future__ import annotations
@@ -26,16 +41,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import IO
 
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import EventKind, EventLog, StepSignal
 from resilient_slurm.fsutil import atomic_write_json
-from resilient_slurm.launcher import observe
+from resilient_slurm.launcher.relay import relay_stderr
 
 # Placeholders the plan writes into the command and this shim fills in on each node.
 LOCAL_ADDR = "{local_addr}"
@@ -51,33 +67,6 @@ def substitute(cmd: list[str], node: str, addr: str) -> list[str]:
             arg = arg.replace(LOCAL_ADDR, addr)
         out.append(arg.replace(NODE, node))
     return out
-
-
-def relay_stderr(stream: IO[bytes], events: EventLog) -> None:
-    """Copy ``stream`` to our stderr; emit an event for each line ``observe`` recognises
-    (hang reports, failed workers, restarts, rendezvous rounds, first heartbeats)."""
-    out = sys.stderr.buffer
-    reported: list[tuple[str, dict[str, object]]] = []
-    for raw in iter(stream.readline, b""):  # never stop draining: a full pipe blocks training
-        try:
-            out.write(raw)
-            out.flush()
-        except OSError:
-            pass
-        seen = observe.parse_line(raw.decode("utf-8", "replace"))
-        if seen is not None and seen[0] == EventKind.WORKER_FAILED:
-            if seen in reported:
-                # ft_launcher's min-healthy policy repeats "failed (exitcode C) ... (pid: P)"
-                # every monitor interval (0.1 s) for a worker it keeps dead: one death, one
-                # event (a pid dies once), not ten a second for the rest of the step.
-                continue
-            reported.append(seen)
-        if seen is not None:
-            try:
-                events.emit(seen[0], **seen[1])
-            except OSError as exc:  # the events file is an aid; the relay must go on
-                print(f"resilient-launch node: cannot record {seen[0]}: {exc}",
-                      file=sys.stderr)
 
 
 def read_addrs(path: str) -> dict[str, str]:
@@ -112,10 +101,39 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(ns.record_dir, exist_ok=True)
     events_file = os.environ.get("RESILIENT_EVENTS_FILE")
     watch = bool(events_file) and not ns.capture
+    # Our handlers before CMD exists: a signal in between is kept and acted on once it runs.
+    pending: list[int] = []
+    holder: list[subprocess.Popen[bytes]] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, *USER_SIGNALS):
+        signal.signal(sig, lambda signum, _f: pending.append(signum) if not holder else None)
+    private = _private_tmp(node)
+    env = {**os.environ, "TMPDIR": private} if private else None
+    try:
+        return _run(ns, cmd, node, start, events_file, watch, pending, holder, env)
+    finally:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def _private_tmp(node: str) -> str | None:
+    """A fresh 0700 directory for CMD's TMPDIR (None, and the inherited one, if none can be
+    made)."""
+    try:
+        return tempfile.mkdtemp(prefix=f"rs-step-{os.environ.get('SLURM_JOB_ID', 'x')}-{node}-")
+    except OSError as exc:
+        print(f"resilient-launch node: no private TMPDIR ({exc}); keeping the step's",
+              file=sys.stderr)
+        return None
+
+
+def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
+         events_file: str | None, watch: bool, pending: list[int],
+         holder: list[subprocess.Popen[bytes]], env: dict[str, str] | None) -> int:
     try:
         child = subprocess.Popen(  # noqa: S603 - argv list from the supervisor, no shell
             cmd, stdout=subprocess.PIPE if ns.capture else None,
-            stderr=subprocess.PIPE if watch else None)
+            stderr=subprocess.PIPE if watch else None, preexec_fn=_ignore_user_signals,
+            env=env)
     except OSError as exc:
         os.makedirs(ns.record_dir, exist_ok=True)
         atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"),
@@ -128,22 +146,38 @@ def main(argv: list[str] | None = None) -> int:
                                   "start": round(start, 3)}
     _write_started(ns.record_dir, node, started)
     seen: set[int] = set()
+    step_events = EventLog(events_file, "node", node=node) if events_file else None
 
     def forward(signum: int, _frame: object) -> None:
         if signum in seen:
             return
         seen.add(signum)
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        if signum in USER_SIGNALS and step_events is not None:
+            try:
+                step_events.emit(EventKind.STEP_SIGNAL, **StepSignal(
+                    signal=signal.Signals(signum).name,
+                    detail="save, then requeue (as --signal=B:USR1)"))
+            except OSError as exc:
+                print(f"resilient-launch node: cannot record the signal: {exc}",
+                      file=sys.stderr)
+        to_child = signal.SIGTERM if signum in USER_SIGNALS else signum
+        if to_child not in sent:
+            sent.add(to_child)
+            try:
+                child.send_signal(to_child)
+            except ProcessLookupError:
+                pass
         if "signalled" not in started:
             started["signalled"] = round(time.time(), 3)
             started["signal"] = signal.Signals(signum).name
             _write_started(ns.record_dir, node, started)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    sent: set[int] = set()
+    for sig in (signal.SIGTERM, signal.SIGINT, *USER_SIGNALS):
         signal.signal(sig, forward)
+    holder.append(child)
+    for signum in pending:
+        forward(signum, None)
     relay = None
     if watch and events_file and child.stderr is not None:
         relay = threading.Thread(target=relay_stderr, daemon=True,
@@ -160,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(ns.record_dir, exist_ok=True)
     atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"), record)
     return rc if rc >= 0 else 128 - rc
+
+
+USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _ignore_user_signals() -> None:
+    """In CMD before it runs: USR1/USR2 ignored (ft_launcher would die of them)."""
+    for sig in USER_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _write_started(record_dir: str, node: str, record: dict[str, object]) -> None:

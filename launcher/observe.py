@@ -19,9 +19,11 @@ signal)
 ``worker_restart``            ``[role] Worker group FAILED. 2/3 attempts left; will restart``
 (state, attempts_left)
 ``rendezvous`` (round,        ``has joined round R of the rendezvous '...' as rank G in a world
-group_rank, world)            of size W``: the round counts restarts of the whole job
+group_rank, world)            of size W`` (0.4.1; 0.6/0.7's barrier rendezvous: ``has joined the
+                              rendezvous '...' as rank G ...``, round None): restarts.py counts
 ``hang_detected`` (rank,      ``Did not get subsequent heartbeat. Waited T seconds.``
-heartbeat, waited_s)
+heartbeat, waited_s;          (0.6/0.7: ``[workload:?(L) ...]``, the monitor's local rank only)
+local_rank)
 ``first_heartbeat`` (rank)    ``RankMonServer..:N] Periodic restart check task cancelled.``: the
                               rank's first heartbeat after a restart (training runs again)
 ============================  =================================================================
@@ -36,12 +38,21 @@ import re
 import signal
 from typing import Any
 
-from resilient_slurm.events import EventKind
+from resilient_slurm.events import (
+    EventKind,
+    HangDetected,
+    RankEvent,
+    Rendezvous,
+    WorkerFailed,
+    WorkerRestart,
+)
+from resilient_slurm.launcher import restarts
 
 # The rank monitor's line prefix. NVRx 0.4.1: "[RankMonServer<pid>@<host>:<rank>]"; 0.6:
 # "[workload:<rank|?>(<local>) infra:<n>(<local>)] rank_monitor_server.py:<line> [Cycle <n>]".
 _MON = (r"(?:RankMonServer\d*@[^:\]]*:(?P<rank>\d+|<none>)\]"
-        r"|\[workload:(?P<wrank>\d+|\?)\([^)]*\) infra:[^\]]*\] rank_monitor_server\.py:\d+ )")
+        r"|\[workload:(?P<wrank>\d+|\?)\((?P<wlocal>[^)]*)\) infra:[^\]]*\] "
+        r"rank_monitor_server\.py:\d+ )")
 PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
     (EventKind.HANG_DETECTED,
      re.compile(_MON + r".*Did not get (?P<which>initial|subsequent) heartbeat\. "
@@ -60,7 +71,7 @@ PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
      re.compile(r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/\d+ "
                 r"attempts left; will restart")),
     (EventKind.RENDEZVOUS,
-     re.compile(r"has joined round (?P<round>\d+) of the rendezvous '[^']*' as "
+     re.compile(r"has joined (?:round (?P<round>\d+) of )?the rendezvous '[^']*' as "
                 r"rank (?P<grank>\d+) in a world of size (?P<world>\d+)")),
 )
 
@@ -79,13 +90,18 @@ def parse_line(line: str) -> tuple[EventKind, dict[str, Any]] | None:
         if g.get("wrank") is not None:  # NVRx 0.6's spelling of the monitor's rank
             g["rank"] = g["wrank"]
         if kind == EventKind.HANG_DETECTED:
-            return kind, {"rank": _rank(g["rank"]), "heartbeat": g["which"],
-                          "waited_s": float(g["waited"])}
+            out = HangDetected(rank=_rank(g["rank"]), heartbeat=g["which"],
+                               waited_s=float(g["waited"]))
+            if out["rank"] is None and _rank(g.get("wlocal") or "") is not None:
+                # 0.6/0.7's monitor knows its local rank only ("workload:?(L)"): the report
+                # finds the global rank from the node's group rank (report.global_rank)
+                out["local_rank"] = _rank(g["wlocal"])
+            return kind, dict(out)
         if kind in (EventKind.FIRST_HEARTBEAT, EventKind.RANK_DISCONNECTED,
                     EventKind.WORKER_EXCEPTION, EventKind.PEER_LOST):
             if _rank(g["rank"]) is None:
                 return None
-            return kind, {"rank": _rank(g["rank"])}
+            return kind, dict(RankEvent(rank=int(g["rank"])))
         if kind == EventKind.WORKER_FAILED:
             code = int(g["code"])
             sig = None
@@ -94,33 +110,39 @@ def parse_line(line: str) -> tuple[EventKind, dict[str, Any]] | None:
                     sig = signal.Signals(-code).name
                 except ValueError:
                     sig = f"signal {-code}"
-            return kind, {"local_rank": int(g["local"]), "exitcode": code, "signal": sig,
-                          "pid": int(g["pid"])}
+            return kind, dict(WorkerFailed(local_rank=int(g["local"]), exitcode=code, signal=sig,
+                                           pid=int(g["pid"])))
         if kind == EventKind.WORKER_RESTART:
-            return kind, {"state": g["state"], "attempts_left": int(g["left"])}
-        return kind, {"round": int(g["round"]), "group_rank": int(g["grank"]),
-                      "world": int(g["world"])}
+            return kind, dict(WorkerRestart(state=g["state"], attempts_left=int(g["left"])))
+        return kind, dict(Rendezvous(round=int(g["round"]) if g["round"] is not None else None,
+                                     group_rank=int(g["grank"]), world=int(g["world"])))
     return None
 
 
 def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
-    """In-job restarts of the whole job since ``since`` (a cycle's start): rendezvous rounds
-    joined after the first one. Every node joins each round, so a fault counts once however
-    many nodes' ft_launchers restarted for it."""
-    rounds = {e["round"] for e in events if e.get("kind") == EventKind.RENDEZVOUS
-              and isinstance(e.get("round"), int) and float(e.get("ts", 0)) >= since}
-    return max(len(rounds) - 1, 0)
+    """In-job restarts of the whole job since ``since`` (a cycle's start), from the
+    rendezvous events of any NVRx release (launcher/restarts.py)."""
+    return restarts.from_events(events, since)
 
 
 class EventTail:
-    """The events appended to ``path`` since the last :meth:`read` (all of them, from
-    ``since`` on, accumulated): the watch loop reads only the new bytes each tick."""
+    """The watch loop's one reader of the job's events file: each :meth:`read` reads only
+    the bytes appended since the last one (complete lines; a torn last line waits, a foreign
+    one is skipped) and keeps the events from ``since`` on.
+
+    ``events``: the :data:`WATCHED` kinds, accumulated over the cycle (what :meth:`read`
+    returns); ``fresh``: every event of the last read, of any kind (the straggler monitor's
+    ``step_timing`` samples); ``last_progress``: the newest step report's time (``progress``
+    events are not kept)."""
 
     def __init__(self, path: str, since: float = 0.0) -> None:
         self.path, self.since, self.offset = path, since, 0
         self.events: list[dict[str, Any]] = []
+        self.fresh: list[dict[str, Any]] = []
+        self.last_progress: float | None = None
 
     def read(self) -> list[dict[str, Any]]:
+        self.fresh = []
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
@@ -134,16 +156,23 @@ class EventTail:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(e, dict) or e.get("kind") not in WATCHED:
+            if not isinstance(e, dict):
                 continue
             try:
-                if float(e.get("ts", 0)) >= self.since:
-                    self.events.append(e)
+                ts = float(e.get("ts", 0))
             except (TypeError, ValueError):
                 continue
+            if ts < self.since:
+                continue
+            self.fresh.append(e)
+            if e.get("kind") == EventKind.PROGRESS:
+                self.last_progress = max(ts, self.last_progress or ts)
+            elif e.get("kind") in WATCHED:
+                self.events.append(e)
         return self.events
 
 
-# What the watch loop tails: the node shims' observations, and the training's ``resume``
-# (level 0's record of the nodes it left out, read by launcher/level0.py).
-WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME})
+# What the watch loop tails: the node shims' observations (their log lines, and signals the
+# step's tasks got), and the training's ``resume`` (level 0's record of the nodes it left
+# out, read by launcher/level0.py).
+WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME, EventKind.STEP_SIGNAL})

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resilient_slurm import proc
+from resilient_slurm.launcher import feature_cache
+from resilient_slurm.launcher.ft_config import ft_key
 from resilient_slurm.launcher.node import LOCAL_ADDR, NODE  # filled in per node by the shim
 from resilient_slurm.slurm import HostlistError, compress, expand
 
@@ -35,7 +37,11 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
                                "--ft-param-restart_check_interval"),
     "local_addr": ("--local-addr",),
     "log_dir": ("--log-dir",),
+    "cycle_info_dir": ("--ft-cycle-info-dir",),  # NVRx >= 0.6: restarts.py counts its records
 }
+
+
+NVRX_TERM_TIMEOUT = 1800.0  # ft_launcher's own --term-timeout default (0.4.1-0.7)
 
 
 class PlanError(ValueError):
@@ -77,6 +83,7 @@ class Features:
     flags: frozenset[str]
     version: str = ""
     deprecated: frozenset[str] = frozenset()
+    restart_policies: frozenset[str] = frozenset()  # --ft-restart-policy's choices
 
     def flag(self, name: str) -> str | None:
         return next((f for f in FT_FLAGS[name] if f in self.flags and f not in self.deprecated),
@@ -86,6 +93,13 @@ class Features:
 def parse_help(text: str) -> frozenset[str]:
     """Every long option named in an argparse ``--help`` text."""
     return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", text))
+
+
+def parse_restart_policies(text: str) -> frozenset[str]:
+    """The choices ``--ft-restart-policy {a,b}`` lists in ``--help`` (0.4.1-0.5: any-failed
+    and min-healthy; from 0.6 only any-failed)."""
+    m = re.search(r"--ft-restart-policy \{([^}]*)\}", text)
+    return frozenset(c.strip() for c in m.group(1).split(",")) if m else frozenset()
 
 
 # NVRx warns "Argument --X is deprecated ..." for each deprecated flag on its command line,
@@ -98,14 +112,12 @@ def parse_deprecated(text: str) -> frozenset[str]:
     return frozenset(DEPRECATED_LINE.findall(text))
 
 
-def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> Features:
+def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0,
+                    cache: bool = True) -> Features:
     """Run ``ft_launcher --help`` and read which flags this NVRx release has (and which of
-    the spellings we know it calls deprecated)."""
+    the spellings we know it calls deprecated); cached per installed ft_launcher
+    (launcher/feature_cache.py), so a job start or requeue does not pay the run again."""
     spellings = sorted({f for names in FT_FLAGS.values() for f in names})
-    out = proc.run([ft_launcher, "--help", *spellings], timeout=timeout)
-    if not out.ok:
-        raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
-                        "install nvidia-resiliency-ext>=0.4.1")
     version = ""
     try:
         from importlib.metadata import version as _version
@@ -113,7 +125,19 @@ def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0) -> 
         version = _version("nvidia-resiliency-ext")
     except Exception:  # noqa: BLE001 - the version is informative only
         pass
-    return Features(parse_help(out.stdout), version, parse_deprecated(out.stderr))
+    entry = feature_cache.entry_path(ft_launcher, version, spellings) if cache else None
+    hit = feature_cache.load(entry)
+    if hit is not None:
+        return Features(frozenset(hit["flags"]), version, frozenset(hit["deprecated"]),
+                        frozenset(hit.get("restart_policies") or ()))
+    out = proc.run([ft_launcher, "--help", *spellings], timeout=timeout)
+    if not out.ok:
+        raise PlanError(f"cannot run {ft_launcher} --help ({out.describe()}); "
+                        "install nvidia-resiliency-ext>=0.4.1")
+    found = Features(parse_help(out.stdout), version, parse_deprecated(out.stderr),
+                     parse_restart_policies(out.stdout))
+    feature_cache.store(entry, found.flags, found.deprecated, found.restart_policies)
+    return found
 
 
 @dataclass
@@ -127,12 +151,18 @@ class LaunchOptions:
     max_restarts: int = 3
     heartbeat_timeout: float = 60.0
     initial_heartbeat_timeout: float = 300.0
-    term_timeout: float = 10.0
+    term_timeout: float | None = None  # None: NVRx's own (NVRX_TERM_TIMEOUT)
     ft_args: tuple[str, ...] = ()
     srun_args: tuple[str, ...] = ()
     ft_launcher: str = "ft_launcher"
     extra_env: dict[str, str] = field(default_factory=dict)
     min_nnodes: int | None = None  # --nnodes MIN:N (in-process restart's min-healthy level 1)
+    user_ft: frozenset[str] = frozenset()  # NVRx settings the user chose (user_ft_settings)
+
+    @property
+    def stop_grace(self) -> float:
+        """Seconds ft_launcher gives its workers between SIGTERM and SIGKILL."""
+        return self.term_timeout if self.term_timeout is not None else NVRX_TERM_TIMEOUT
 
 
 EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's ip_local_port_range default
@@ -178,17 +208,17 @@ def rdzv_id(alloc: Allocation, cycle: int) -> str:
 
 
 def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: str, rid: str,
-               log_dir: str | None = None) -> list[str]:
+               log_dir: str | None = None, cycle_info_dir: str | None = None) -> list[str]:
     """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
     span = f"{min(opts.min_nnodes, nnodes)}:{nnodes}" if opts.min_nnodes else str(nnodes)
     argv = [opts.ft_launcher, f"--nnodes={span}", f"--nproc-per-node={opts.nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rid}",
             f"--max-restarts={opts.max_restarts}"]
-    given = {a.split("=", 1)[0] for a in opts.ft_args if a.startswith("--")}
+    given = opts.user_ft | {ft_key(a) for a in opts.ft_args if a.startswith("--")}
 
     def add(name: str, value: object | None = None) -> None:
         flag = features.flag(name)
-        if flag is None or flag in given:
+        if flag is None or ft_key(flag) in given:
             return
         argv.append(flag if value is None else f"{flag}={value}")
 
@@ -197,14 +227,17 @@ def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: s
     add("heartbeat", _num(opts.heartbeat_timeout))
     add("nic_monitor", "false")
     add("ignore_missing_cfg")
-    add("term_timeout", _num(opts.term_timeout))
-    add("workers_stop_timeout", _num(opts.term_timeout))
+    if opts.term_timeout is not None:  # else NVRx's own (1800 s: time for a large save)
+        add("term_timeout", _num(opts.term_timeout))
+        add("workers_stop_timeout", _num(opts.term_timeout))
     # No --monitor-interval: ft_launcher's own (0.1 s in 0.4.1) finds a dead rank soonest.
     # NVRx checks heartbeats every 5 s by default; 0.25 s finds a hang (and its last heartbeat,
     # the report less the timeout) within a quarter second, for a negligible cost.
     add("workload_check_interval", 0.25)
     if log_dir:
         add("log_dir", log_dir)
+    if cycle_info_dir:
+        add("cycle_info_dir", cycle_info_dir)
     argv += list(opts.ft_args)
     if opts.module:
         argv.append("-m")
@@ -243,6 +276,20 @@ def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str
     return [*argv, *extra, *inner]
 
 
+# NVRx >= 0.7's barrier rendezvous closes for good when two participants share an address
+# ("more than one ft_launcher per node (misconfiguration)") unless this variable says the
+# layout is meant. Slurm nodes that share a NodeAddr are several slurmd on one host (a
+# multiple-slurmd or test cluster, such as the sandbox): there it is meant.
+MULTI_LAUNCHERS_ENV = "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE"
+
+
+def shared_address_env(nodes: Sequence[str],
+                       addrs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The step environment NVRx needs when some of ``nodes`` share a known address."""
+    known = [addrs[n] for n in nodes if addrs.get(n)]
+    return ((MULTI_LAUNCHERS_ENV, "1"),) if len(set(known)) < len(known) else ()
+
+
 @dataclass(frozen=True)
 class Cycle:
     """Everything one cycle runs, for running and for ``--dry-run``."""
@@ -254,6 +301,8 @@ class Cycle:
     argv: tuple[str, ...]
     record_dir: str
     files: tuple[tuple[str, str], ...] = ()  # (path, text) to write before running argv
+    cycle_info_dir: str = ""  # NVRx's cycle-info records of this cycle (restarts.py)
+    env: tuple[tuple[str, str], ...] = ()  # added to the launcher's environment for argv
 
 
 def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes: Sequence[str],
@@ -266,13 +315,35 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes
     record_dir = os.path.join(cycle_dir, "nodes")
     addrs_file = os.path.join(cycle_dir, "addrs.json")
     nodefile = os.path.join(cycle_dir, "nodelist")
+    cycle_info = os.path.join(cycle_dir, "nvrx-cycles")
     ft = ft_command(opts, features, len(nodes), endpoint, rid,
-                    log_dir=os.path.join(cycle_dir, "torchelastic", NODE))
+                    log_dir=os.path.join(cycle_dir, "torchelastic", NODE),
+                    cycle_info_dir=cycle_info)
+    if "cycle_info_dir" in opts.user_ft:  # the user's own directory: read that one
+        cycle_info = next((a.split("=", 1)[1] for a in opts.ft_args
+                           if "=" in a and ft_key(a) == "cycle_info_dir"), cycle_info)
     wrapper = node_wrapper(record_dir, addrs_file)
     argv = srun_command(nodes, [*wrapper, *ft], opts.srun_args, alloc.job_id, nodefile)
     files = ((addrs_file, json.dumps({n: addrs.get(n, "") for n in nodes})),
              (nodefile, "\n".join(nodes) + "\n"))
-    return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir, files)
+    return Cycle(cycle, tuple(nodes), endpoint, rid, tuple(argv), record_dir, files,
+                 cycle_info, shared_address_env(nodes, addrs))
+
+
+# Task-level requests of the batch step that srun reads from its environment (srun(1), INPUT
+# ENVIRONMENT VARIABLES). The training step runs ONE task per node (ft_launcher) that must get
+# the whole node: sbatch --gpus-per-task=1 would otherwise give it one GPU, --cpus-per-task=2
+# two CPUs, --cpu-bind/--gpu-bind a per-task binding. --ntasks(-per-node) are set explicitly.
+TASK_LEVEL_ENV = ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_TASK",
+                  "SLURM_NTASKS_PER_GPU", "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_SOCKET",
+                  "SLURM_NTASKS_PER_TRES", "SLURM_CPU_BIND", "SLURM_GPU_BIND",
+                  "SLURM_DISTRIBUTION", "SLURM_MEM_PER_CPU", "SLURM_MEM_BIND")
+
+
+def step_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment srun gets for the one-task-per-node training step: the batch step's,
+    less its task-level requests (``TASK_LEVEL_ENV``)."""
+    return {k: v for k, v in env.items() if k not in TASK_LEVEL_ENV}
 
 
 def _per_node(counts: str, n: int) -> list[str] | None:

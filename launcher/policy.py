@@ -11,18 +11,25 @@ Rules, in order:
 2. ``SIGTERM`` (``scancel``, preemption) ends the launcher with exit 143; a cancelled job is
    never requeued, whenever the signal arrived (during a cycle, blame or before a requeue).
 3. ``SIGUSR1`` (time-limit warning) means requeue: the training was asked to save.
-4. Too many requeues already (``SLURM_RESTART_COUNT`` beyond ``--max-requeues``): budget verdict.
+4. Too many requeues already (the launcher's own, counted in its ledger, beyond
+   ``--max-requeues``): budget verdict. Slurm's requeues (preemption, node failure, an
+   admin's ``scontrol requeue``) raise ``SLURM_RESTART_COUNT`` but spend no budget.
 5. Before a cycle: enough usable nodes -> run it; else requeue.
 6. After a failed cycle: no node blamed and no progress for ``no_progress_limit`` cycles ->
    no-progress verdict; no node blamed -> requeue; blamed nodes with enough survivors ->
    elastic relaunch (unless ``prefer_requeue``: a straggler with ``--on-straggler requeue``);
    else requeue.
 7. Any requeue with the budget spent becomes the budget verdict.
+
+While a cycle runs, :func:`stop_reason` says whether the watch loop stops it, from what the
+loop saw this tick (``Watched``), in this order: a signal, a straggler verdict, the in-job
+restart budget, a node fault.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -57,7 +64,7 @@ class State:
     blamed: int = 0  # nodes blamed by this cycle
     no_progress: int = 0  # failed cycles/requeues in a row without progress
     no_progress_limit: int = 3
-    restart_count: int = 0  # SLURM_RESTART_COUNT
+    requeues: int = 0  # requeues this launcher asked for (the ledger), not SLURM_RESTART_COUNT
     max_requeues: int = 3
     prefer_requeue: bool = False  # blamed nodes go by requeue even when survivors suffice
 
@@ -75,8 +82,8 @@ def decide(s: State) -> Decision:
     if s.signal is Signal.TERM:
         return Decision(Action.TERMINATE, "SIGTERM received (scancel or preemption): left to "
                                           "Slurm, not requeued")
-    if s.restart_count > s.max_requeues:
-        return Decision(Action.BUDGET, f"restart count {s.restart_count} exceeds "
+    if s.requeues > s.max_requeues:
+        return Decision(Action.BUDGET, f"{s.requeues} requeue(s) by the launcher exceed "
                                        f"--max-requeues {s.max_requeues}")
     if s.signal is Signal.USR1:
         return _requeue(s, "SIGUSR1 received (time limit warning)")
@@ -100,7 +107,31 @@ def decide(s: State) -> Decision:
 
 
 def _requeue(s: State, why: str) -> Decision:
-    if s.restart_count >= s.max_requeues:
-        return Decision(Action.BUDGET, f"{why}; requeue budget spent ({s.restart_count}/"
-                                       f"{s.max_requeues})")
+    if s.requeues >= s.max_requeues:
+        return Decision(Action.BUDGET, f"{why}; requeue budget spent ({s.requeues}/"
+                                       f"{s.max_requeues} requeues by the launcher)")
     return Decision(Action.REQUEUE, why)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What the watch loop saw in one tick of a running cycle."""
+
+    signal: Signal = Signal.NONE
+    stragglers: Mapping[str, str] = field(default_factory=dict)  # new verdicts: node -> evidence
+    restarts: int = 0  # in-job restarts of this cycle so far
+    max_restarts: int | None = None  # --max-restarts (None: no limit of ours)
+    node_fault: str = ""  # the node watch's finding, when it was asked this tick
+
+
+def stop_reason(w: Watched) -> str:
+    """Why the running cycle stops now ("": it goes on); the first of: a pending signal, a
+    straggler verdict, the in-job restarts beyond ``--max-restarts``, a node fault."""
+    if w.signal is not Signal.NONE:
+        return f"{w.signal.value} received"
+    if w.stragglers:
+        return "straggler: " + "; ".join(f"{n} {e}" for n, e in sorted(w.stragglers.items()))
+    if w.max_restarts is not None and w.restarts > w.max_restarts:
+        return (f"in-job restart budget spent: {w.restarts} restarts of the job > "
+                f"--max-restarts {w.max_restarts}")
+    return w.node_fault

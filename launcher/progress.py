@@ -27,7 +27,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from resilient_slurm.events import EventKind, EventLog, read_events
+from resilient_slurm.events import Checkpoint as CheckpointEvent
+from resilient_slurm.events import EventKind, EventLog, NoProgressSignal, read_events
+from resilient_slurm.events import Progress as ProgressEvent
 from resilient_slurm.training.layout import COMMIT_MARKER
 
 # Completion markers: our own checkpoint layout's first (training/layout.py), then common ones.
@@ -146,6 +148,42 @@ def observe(checkpoint_dir: str | None, events_path: str, marker: str | None = N
     return Progress(ckpt.step, f"checkpoint ({ckpt.layout}) {ckpt.path}")
 
 
+class Tracker:
+    """The launcher's reading of progress over one batch script's run: :meth:`step` (the mark
+    now), :meth:`finished_cycle` (the mark a cycle ended with; without any progress signal it
+    says once, in ``log`` and on stdout, that the no-progress verdict is off) and
+    :meth:`note_checkpoint` (a ``checkpoint`` event for each newer complete checkpoint)."""
+
+    def __init__(self, checkpoint_dir: str | None, events_path: str, marker: str | None,
+                 log: EventLog) -> None:
+        self.checkpoint_dir, self.events_path, self.marker = checkpoint_dir, events_path, marker
+        self.log = log
+        self.checkpoint_seen: int | None = None  # the newest checkpoint step recorded
+        self.said_no_signal = False
+
+    def step(self) -> int | None:
+        return observe(self.checkpoint_dir, self.events_path, self.marker).step
+
+    def finished_cycle(self) -> Progress:
+        p = observe(self.checkpoint_dir, self.events_path, self.marker)
+        if not p.known and not self.said_no_signal:
+            self.said_no_signal = True
+            why = ("no progress signal (no step reports, no complete checkpoint under "
+                   f"{self.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
+                   "verdict is off; failed cycles are requeued until --max-requeues is spent")
+            self.log.emit(EventKind.NO_PROGRESS_SIGNAL, **NoProgressSignal(detail=why))
+            print(f"resilient-launch: {why}", flush=True)
+        return p
+
+    def note_checkpoint(self) -> None:
+        """The progress of a script that reports no steps, for the report's goodput."""
+        ckpt = newest_checkpoint(self.checkpoint_dir, self.marker)
+        if ckpt is not None and (self.checkpoint_seen is None or ckpt.step > self.checkpoint_seen):
+            self.checkpoint_seen = ckpt.step
+            self.log.emit(EventKind.CHECKPOINT, **CheckpointEvent(
+                step=ckpt.step, layout=ckpt.layout, path=ckpt.path))
+
+
 # -- the training-side API --------------------------------------------------------------------
 _LOG: EventLog | None = None
 
@@ -169,6 +207,7 @@ def report_step(step: int, **fields: object) -> None:
     if _LOG is None or _LOG.path != path:
         _LOG = EventLog(path, "training", node=os.environ.get("SLURMD_NODENAME"))
     try:
-        _LOG.emit(EventKind.PROGRESS, step=int(step), rank=0, **fields)
+        # the caller's own **fields are free (report_step's contract): only step and rank typed
+        _LOG.emit(EventKind.PROGRESS, **ProgressEvent(step=int(step), rank=0), **fields)
     except OSError:
         pass

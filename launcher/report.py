@@ -1,4 +1,4 @@
-"""``resilient-slurm report STATE_DIR``: what happened to a job, from its ``events.jsonl``.
+"""What happened to a job, from its events (``resilient-slurm report``: ``report_cli.py``).
 
 Built from the launcher's own observations, so it works for any training script: cycles,
 in-job restarts (rendezvous rounds), failed workers, tracebacks, hang reports with the rank,
@@ -14,22 +14,19 @@ training time / wall time; a step counts once, the last time it was done). What 
 cannot tell (steps and goodput without step reports) is printed as unknown, never 0.
 Without training fault events a fault's time is the launcher's first report of it (a
 traceback, a dead worker; for a hang the last heartbeat: the report less the timeout).
-``--plot FILE.png`` draws the step over time with faults and recoveries marked (matplotlib,
-imported only then).
+``--plot FILE.png`` draws the step over time with faults and recoveries marked
+(``report_plot.py``, matplotlib, imported only then).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-import click
-
 from resilient_slurm import goodput
-from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import straggler
+from resilient_slurm.events import EventKind
+from resilient_slurm.launcher import restarts, straggler
 
 
 @dataclass
@@ -52,7 +49,8 @@ class Report:
     start: float
     end: float
     faults: list[FaultRow] = field(default_factory=list)
-    productive_s: float | None = None  # None: unknown (no step reports)
+    productive_s: float | None = None  # None: unknown (no step reports, no checkpoints)
+    productive_basis: str | None = None  # goodput.STEP_REPORTS / CHECKPOINTS / None
     final_step: int | None = None
     verdict: str = ""
     requeues: int = 0
@@ -106,7 +104,9 @@ def handler(events: list[dict[str, Any]], i: int, observed: bool = False
             how = "in-job restart (ft_launcher, missing heartbeats)"
         elif k == EventKind.RENDEZVOUS and own and rdzv is None:
             rdzv = j
-        elif k == EventKind.EXCLUDE:
+        elif k == EventKind.SPARE and e.get("node"):
+            how = f"spare {e.get('node')} in for {e.get('out')}"
+        elif k == EventKind.EXCLUDE and e.get("mode") != "spare":
             how = f"elastic relaunch without {e.get('node')}"
         elif k == EventKind.REQUEUE:
             excl = ",".join(e.get("excluded") or [])
@@ -137,11 +137,32 @@ _REPORTS = (EventKind.WORKER_EXCEPTION, EventKind.WORKER_FAILED, EventKind.HANG_
             EventKind.RANK_DISCONNECTED, EventKind.PEER_LOST)
 
 
-def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
+def global_rank(failed: dict[str, Any], group_ranks: dict[str, int], nproc: Any) -> Any:
+    """The global rank of the worker a ``worker_failed`` or NVRx >= 0.6's ``hang_detected``
+    event names (node, local rank):
+    torchrun numbers ranks node by node in group-rank order, so with ``nproc`` workers on
+    every node it is ``group_rank * nproc + local_rank`` (the node's group rank from its
+    latest rendezvous join). ``"node:local_rank"`` when either is unknown (``nproc`` not a
+    number: ``gpu``, ``auto``). NVRx >= 0.6 logs no rank-monitor disconnect line with the
+    global rank (0.4.1's ``Started periodic restart check``) and names a hung rank by its local
+    rank only: this is all a SIGKILL or a hang leaves."""
+    node, local = failed.get("node"), failed.get("local_rank")
+    grank = group_ranks.get(str(node)) if node is not None else None
+    if isinstance(local, int) and grank is not None:
+        if grank == 0:
+            return local
+        if isinstance(nproc, str) and nproc.isdigit():
+            return grank * int(nproc) + local
+    return f"{node}:{local}"
+
+
+def _culprit(group: list[dict[str, Any]], group_ranks: dict[str, int] | None = None,
+             nproc: Any = None) -> dict[str, Any] | None:
     """The fault a group of reports describes: the first incident that is no consequence of
     another. A hang report that follows a traceback or a dead worker is ranks blocked behind
     it; a traceback of a rank that lost its peer ("Connection closed by peer") is the peer's
-    fault; a rank that disconnects without a traceback died of a signal."""
+    fault; a rank that disconnects without a traceback died of a signal. A dead worker's rank
+    is its global rank where the nodes' group ranks tell it (``global_rank``)."""
     lost = {e.get("rank") for e in group if e["kind"] == EventKind.PEER_LOST}
     raised = {e.get("rank") for e in group if e["kind"] == EventKind.WORKER_EXCEPTION}
     failed = [e for e in group if e["kind"] == EventKind.WORKER_FAILED]
@@ -149,6 +170,8 @@ def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
         k, rank = e["kind"], e.get("rank")
         if k == EventKind.HANG_DETECTED:
             ts = float(e["ts"]) - float(e.get("waited_s") or 0)
+            if rank is None and isinstance(e.get("local_rank"), int):  # NVRx >= 0.6
+                rank = global_rank(e, group_ranks or {}, nproc)
             return {"type": "hang", "rank": rank, "node": e.get("node"), "ts": ts}
         if k == EventKind.WORKER_EXCEPTION and rank not in lost:
             return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
@@ -158,7 +181,7 @@ def _culprit(group: list[dict[str, Any]]) -> dict[str, Any] | None:
             return {"type": what, "rank": rank, "node": e.get("node"), "ts": e["ts"]}
         if k == EventKind.WORKER_FAILED and not raised - lost:
             what = e.get("signal") or f"exit {e.get('exitcode')}"
-            return {"type": what, "rank": f"{e.get('node')}:{e.get('local_rank')}",
+            return {"type": what, "rank": global_rank(e, group_ranks or {}, nproc),
                     "node": e.get("node"), "ts": e["ts"]}
     if raised:  # only consequences seen: the first traceback stands for the fault
         e = next(x for x in group if x["kind"] == EventKind.WORKER_EXCEPTION)
@@ -175,8 +198,11 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []
 
+    group_ranks: dict[str, int] = {}  # node -> its group rank in the latest rendezvous
+    nproc: Any = None  # the cycle's --nproc-per-node
+
     def close() -> None:
-        found = _culprit(group) if group else None
+        found = _culprit(group, group_ranks, nproc) if group else None
         if found is not None:
             out.append({**found, "ts": round(float(found["ts"]), 3), "kind": OBSERVED_FAULT,
                         "source": "launcher", "node": found.get("node") or "",
@@ -191,7 +217,15 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             close()
             if k == EventKind.CYCLE_START:
                 cycle, stopping = e.get("cycle"), False
-        elif k == EventKind.STOP_CYCLE:  # the launcher stopped the step: what dies now is no fault
+                nproc = e.get("nproc_per_node")
+                group_ranks.clear()
+        # a join after the group closed: the ranks of the round the next faults happen in
+        if k == EventKind.RENDEZVOUS and isinstance(e.get("group_rank"), int):
+            group_ranks[str(e.get("node"))] = e["group_rank"]
+        elif k in (EventKind.STOP_CYCLE, EventKind.STEP_SIGNAL):
+            # the launcher stopped the step, or a task got SIGUSR1/2 (the node's shim then
+            # stops its ft_launcher, maybe before the launcher's next look): what dies now is
+            # no fault
             close()
             stopping = True
         elif k in _REPORTS and not stopping:
@@ -215,7 +249,7 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
     rep = Report(float(events[0]["ts"]) if submitted is None else submitted,
                  float(events[-1]["ts"]), from_submission=submitted is not None)
     high = None
-    rounds: dict[Any, set[int]] = {}
+    rounds: dict[Any, list[dict[str, Any]]] = {}  # a cycle's rendezvous events
     cycle = None
     for i, e in enumerate(events):
         kind, ts = e.get("kind"), float(e.get("ts", 0))
@@ -224,8 +258,8 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
         elif kind == EventKind.CYCLE_START:
             rep.cycles += 1
             cycle = e.get("cycle", rep.cycles)
-        elif kind == EventKind.RENDEZVOUS and isinstance(e.get("round"), int):
-            rounds.setdefault(cycle, set()).add(e["round"])
+        elif kind == EventKind.RENDEZVOUS:
+            rounds.setdefault(cycle, []).append(e)
         elif kind == EventKind.REQUEUE:
             rep.requeues += 1
         elif kind == EventKind.VERDICT:
@@ -243,9 +277,10 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
                 ts, str(e.get("type") or e.get("fault_type") or "?"), str(e.get("node") or ""),
                 e.get("step"), how, rec, lost, det, e.get("rank"), rdv,
                 e.get("cycle", cycle)))
-    rep.restarts = sum(max(len(r) - 1, 0) for r in rounds.values())
+    rep.restarts = sum(restarts.from_events(r) for r in rounds.values())
     g = goodput.compute(events, submitted=rep.start, ended=rep.end)
     rep.productive_s, rep.final_step = g.productive_s, g.final_step
+    rep.productive_basis = g.basis
     return rep
 
 
@@ -257,7 +292,7 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     lines = ["Timeline:"]
     for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
         if e.get("kind") in (EventKind.PROGRESS, EventKind.RANK_DISCONNECTED,
-                             EventKind.STEP_TIMING):
+                             EventKind.STEP_TIMING, EventKind.CHECKPOINT):
             continue
         extra = {k: e[k] for k in ("node", "step", "type", "cycle", "nodes", "rc", "verdict",
                                    "rank", "waited_s", "done", "reason", "blamed", "excluded",
@@ -281,7 +316,9 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     known = [f.lost_steps for f in rep.faults]
     lost_all = "unknown" if None in known else str(sum(x or 0 for x in known))
     final = "unknown" if rep.final_step is None else rep.final_step
-    good = "unknown (no step reports)" if rep.goodput is None else f"{rep.goodput:.1%}"
+    good = ("unknown (no step reports, no checkpoints)" if rep.goodput is None
+            else f"{rep.goodput:.1%}")
+    basis = f" (from {rep.productive_basis})" if rep.productive_basis else ""
     lines += straggler.render_speed(sorted(events, key=lambda e: float(e.get("ts", 0))),
                                     rep.start)
     since = ("from submission" if rep.from_submission else
@@ -289,63 +326,5 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
     lines.append(f"Summary: verdict {rep.verdict or '-'}, {rep.cycles} cycle(s), "
                  f"{rep.restarts} in-job restart(s), {rep.requeues} requeue(s), final step "
                  f"{final}, lost steps {lost_all}, wall {rep.wall_s:.1f}s ({since}), productive "
-                 f"{_s(rep.productive_s)}, goodput {good}")
+                 f"{_s(rep.productive_s)}{basis}, goodput {good}")
     return "\n".join(lines)
-
-
-def plot(rep: Report, events: list[dict[str, Any]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [(float(e["ts"]) - rep.start, e["step"]) for e in events
-           if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int)]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if pts:
-        ax.plot(*zip(*pts, strict=True), ".", ms=3, label="step")
-    for i, f in enumerate(rep.faults):
-        ax.axvline(f.ts - rep.start, color="red", ls="--", label="fault" if i == 0 else None)
-        if f.recovery_s is not None:
-            ax.axvspan(f.ts - rep.start, f.ts - rep.start + f.recovery_s, color="orange",
-                       alpha=0.3, label="recovery" if i == 0 else None)
-    ax.set_xlabel("seconds since launch")
-    ax.set_ylabel("training step")
-    good = "unknown" if rep.goodput is None else f"{rep.goodput:.1%}"
-    ax.set_title(f"goodput {good}, {len(rep.faults)} fault(s), "
-                 f"{rep.requeues} requeue(s)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-@click.command("report")
-@click.argument("state_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Also draw progress over time with faults and recoveries (PNG).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
-@click.option("--submitted", type=float, default=None, metavar="UNIX_SECONDS",
-              help="The job's submission time (e.g. `date -d \"$(squeue -h -o %V -j ID)\" +%s`):"
-                   " goodput's wall then runs from submission, as in the bench and the demo.")
-def report_command(state_dir: str, plot_path: str | None, as_json: bool,
-                   submitted: float | None) -> None:
-    """Timeline, faults and what handled each, recovery times, lost steps and goodput of a
-    resilient-launch job, from STATE_DIR/events.jsonl."""
-    path = os.path.join(state_dir, "events.jsonl")
-    events = list(read_events(path))
-    if not events:
-        raise click.ClickException(f"no events in {path}")
-    first = min(float(e.get("ts", 0)) for e in events)
-    if submitted is not None and submitted > first:
-        raise click.BadParameter(f"{submitted} is after the job's first event ({first:.0f})",
-                                 param_hint="--submitted")
-    rep = build(events, submitted=submitted)
-    if as_json:
-        click.echo(json.dumps({**asdict(rep), "wall_s": rep.wall_s, "goodput": rep.goodput},
-                              default=str))
-    else:
-        click.echo(render(rep, events))
-    if plot_path:
-        plot(rep, events, plot_path)
-        click.echo(f"plot: {plot_path}")

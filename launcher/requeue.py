@@ -20,10 +20,13 @@ back (``NumNodes=N-N``), since a shrink lowers it for good. The job's own ``ExcN
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from resilient_slurm.events import EventKind, EventLog, Requeue
+from resilient_slurm.launcher.exits import EXIT_BUDGET
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 HELD_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "REQUEUE_FED")
@@ -88,6 +91,28 @@ def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
                                       left()), deadline, call)
     return Result(f"requeued, but ExcNodeList/request not updated: {err}" if err else "",
                   requeued=True)
+
+
+def take(slurm: SlurmBackend, job_id: int, excluded: Sequence[str], kill_wait: float,
+         log: EventLog, num_nodes: int | None = None,
+         user_excluded: Sequence[str] | None = None) -> tuple[str, int, str] | None:
+    """The launcher's requeue, from its batch script: SIGTERM ignored from now on (the requeue
+    sends it within milliseconds, SIGKILL after KillWait), :func:`requeue_excluding` within
+    :func:`budget_for` KillWait. None: requeued (a late warning logged); else the verdict
+    ``(name, exit status, message)``: ``requeue-unconfirmed`` (the controller did not answer;
+    it may still act when it wakes) or ``budget-exhausted`` (the requeue failed), both 4."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    res = requeue_excluding(slurm, job_id, excluded, budget_s=budget_for(kill_wait),
+                            num_nodes=num_nodes, user_excluded=user_excluded)
+    if res.unconfirmed:
+        return ("requeue-unconfirmed", EXIT_BUDGET,
+                f"{res.error}; if the controller takes the requeue when it answers again, the "
+                "job restarts, else it ends here")
+    if not res.requeued:
+        return "budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}"
+    if res.error:
+        log.emit(EventKind.REQUEUE, **Requeue(done=True, warning=res.error))
+    return None
 
 
 def _fix_request(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],

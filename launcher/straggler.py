@@ -20,15 +20,13 @@ judged (it was not there the whole time).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import EventKind, EventLog, Straggler, StragglerCause
 from resilient_slurm.launcher.blame import NodeEvidence, strong_reasons
 
 POLICIES = ("exclude", "requeue", "warn")
@@ -85,12 +83,13 @@ class Verdict:
                 f"{self.compute_s * 1e3:.0f} ms/step vs median {self.median_s * 1e3:.0f}; waits "
                 f"{self.wait_s * 1e3:.0f} ms/step vs median {self.median_wait_s * 1e3:.0f})")
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "ratio": round(self.ratio, 3), "steps": self.steps,
-                "first_step": self.first_step, "last_step": self.last_step,
-                "compute_s": round(self.compute_s, 6), "median_s": round(self.median_s, 6),
-                "wait_s": round(self.wait_s, 6), "median_wait_s": round(self.median_wait_s, 6),
-                "evidence": self.evidence}
+    def as_dict(self) -> Straggler:
+        """The ``straggler`` event's evidence fields."""
+        return Straggler(node=self.node, ratio=round(self.ratio, 3), steps=self.steps,
+                         first_step=self.first_step, last_step=self.last_step,
+                         compute_s=round(self.compute_s, 6), median_s=round(self.median_s, 6),
+                         wait_s=round(self.wait_s, 6),
+                         median_wait_s=round(self.median_wait_s, 6), evidence=self.evidence)
 
 
 @dataclass(frozen=True)
@@ -203,37 +202,6 @@ def per_node_speed(history: Iterable[Sample]) -> dict[str, list[tuple[int, float
     return out
 
 
-class Tail:
-    """New events appended to a JSON-lines file since the last call (complete lines only;
-    a torn or foreign line is skipped). Starts at the file's current end."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            self.offset = os.path.getsize(path)
-        except OSError:
-            self.offset = 0
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        out = []
-        for line in data[:end].splitlines():
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
-
-
 class Watch:
     """The launcher's view while a cycle runs: feed it events, ask for new verdicts."""
 
@@ -309,35 +277,32 @@ def render_speed(events: Sequence[Mapping[str, Any]], start: float, rows: int = 
 
 
 class Monitor:
-    """One cycle's straggler watch over the events file: :meth:`check` each tick."""
+    """One cycle's straggler watch: :meth:`check` each tick with the events the watch loop's
+    tail read since the last tick (``observe.EventTail.fresh``)."""
 
-    def __init__(self, settings: Settings, nodes: Iterable[str], events_path: str) -> None:
+    def __init__(self, settings: Settings, nodes: Iterable[str]) -> None:
         self.settings = settings
         self.watch = Watch(settings, nodes)
-        self.tail = Tail(events_path)
 
     @property
     def highest(self) -> float:
         return self.watch.highest
 
-    def check(self) -> list[Verdict]:
-        """Verdicts on nodes not reported before, from the events appended since last time."""
-        j = self.watch.feed(self.tail.read())
+    def check(self, events: Iterable[Mapping[str, Any]]) -> list[Verdict]:
+        """Verdicts on nodes not reported before, from ``events`` (new since last time)."""
+        j = self.watch.feed(events)
         return self.watch.fresh(j) if j is not None else []
 
-    def poll(self, log: EventLog) -> dict[str, Verdict]:
+    def poll(self, log: EventLog, events: Iterable[Mapping[str, Any]]) -> dict[str, Verdict]:
         """:meth:`check`, each new straggler reported (event ``straggler``, a log line); the
         ones the policy stops the cycle for (none with ``warn``)."""
-        st, new = self.settings, self.check()
+        st, new = self.settings, self.check(events)
         for v in new:
-            log.emit(EventKind.STRAGGLER, action=st.policy, factor=st.factor, window=st.window,
-                     **v.as_dict())
+            fields = Straggler(action=st.policy, factor=st.factor, window=st.window)
+            fields.update(v.as_dict())
+            log.emit(EventKind.STRAGGLER, **fields)
             print(f"resilient-launch: straggler {v.node}: {v.evidence} ({st.policy})", flush=True)
         return {v.node: v for v in new if st.policy != "warn"}
-
-
-def stop_reason(slow: Mapping[str, Verdict]) -> str:
-    return "straggler: " + "; ".join(f"{n} {v.evidence}" for n, v in sorted(slow.items()))
 
 
 def prefers_requeue(settings: Settings | None, slow: Iterable[str],
@@ -355,12 +320,12 @@ def report_causes(log: EventLog, evidence: Iterable[NodeEvidence]) -> None:
             log.emit(EventKind.STRAGGLER_CAUSE, **cause(ev.node, others, ev.verdict))
 
 
-def cause(node: str, other_reasons: Sequence[str], verdict: str) -> dict[str, Any]:
+def cause(node: str, other_reasons: Sequence[str], verdict: str) -> StragglerCause:
     """The ``straggler_cause`` event's fields: the launcher never drains; a node is drained
     only by the hooks, when they found a cause (their ``fail`` verdict, an ``rhc:`` drain, a
     node down): ``other_reasons`` = the node's strong blame reasons besides its slowness."""
     found = "; ".join(other_reasons)
-    return {"node": node, "drained": bool(found), "cause": found or None,
-            "detail": "the hooks found a cause" if found else
-            f"no cause found by the hooks' verdict ({verdict or 'none published'}): "
-            "reported, not drained"}
+    return StragglerCause(node=node, drained=bool(found), cause=found or None,
+                          detail="the hooks found a cause" if found else
+                          f"no cause found by the hooks' verdict ({verdict or 'none published'}): "
+                          "reported, not drained")

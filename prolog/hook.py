@@ -36,7 +36,8 @@ def prolog_main(argv: Sequence[str] | None = None) -> int:
                            gpu_indices=ctx.gpus)
             runner.record(config, ctx, "prolog", report, events)
             _save_position(config, ctx, report)
-            return runner.act(config, ctx, report, events, may_resume=False, source="prolog")
+            return runner.act(config, ctx, report, events, may_resume=False, source="prolog",
+                              scope=ctx.gpus)
 
     return guarded("prolog", argv, prolog_main.__doc__ or "", body)
 
@@ -46,10 +47,10 @@ def _save_position(config: Config, ctx: HookContext, report: Report) -> None:
     path = job_file(config, ctx)
     if path is None:
         return
-    from resilient_slurm.healthcheck import kernlog
+    from resilient_slurm.healthcheck import seams
 
     try:
-        position = report.kernel_position or kernlog.current_position(config)
+        position = report.kernel_position or seams.current_position(config)
         fsutil.private_dir(os.path.dirname(path))  # never through a planted symlink
         fsutil.atomic_write_json(path, {"job": ctx.job_id, "kernel_position": position},
                                  mode=0o600)

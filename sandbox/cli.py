@@ -47,9 +47,12 @@ def sandbox() -> None:
               help="Wire the project's prolog, epilog and HealthCheckProgram into slurm.conf, "
                    "each node reading its own simulated hardware.")
 @click.option("--timing", type=click.Choice(sorted(TIMINGS)), default="fast", show_default=True,
-              help="fast: short Slurm timeouts for quick tests (KillWait=5, cred_expire=10). "
+              help="fast: short Slurm timeouts for quick tests (KillWait=5, cred_expire=10, "
+                   "SlurmdTimeout=30, nohold_on_prolog_fail, proctrack/linuxproc). "
                    "production: Slurm's defaults (KillWait=30, cred_expire=120, "
-                   "MessageTimeout=10, HealthCheckInterval=30).")
+                   "MessageTimeout=10, SlurmdTimeout=300, a prolog failure holds the job, "
+                   "HealthCheckInterval=30) and proctrack/cgroup (linuxproc, with the "
+                   "reason printed, where this host has no cgroup v1 freezer).")
 @click.option("--user", default=lifecycle.DEFAULT_USER, show_default=True,
               help="Unprivileged account jobs are submitted as (created with useradd if "
                    "missing); see `sandbox exec-as-user`.")
@@ -63,6 +66,8 @@ def up(nodes: int, hooks: bool, timing: str, user: str, root: str) -> None:
         _fail(exc)
     click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root} ({timing} timing)")
     click.echo(f"job user: {account.name} (uid {account.uid}), work dir {account.work_dir}")
+    track = lifecycle.tracking(root)
+    click.echo(f"process tracking: {track.proctrack}: {track.reason}")
     click.echo(lifecycle.memory_summary(root))
     click.echo(f"SLURM_CONF={paths.conf}")
 
@@ -108,7 +113,8 @@ def status(root: str) -> None:
     user = meta.get("user")
     who = user.get("name") if isinstance(user, dict) else "-"
     click.echo(f"sandbox {paths.root} (Slurm {meta.get('slurm_version')}, "
-               f"{meta.get('timing', 'fast')} timing, job user {who})")
+               f"{meta.get('timing', 'fast')} timing, {meta.get('proctrack', 'linuxproc')}, "
+               f"job user {who})")
     for n in nodes:
         flags = "+".join(sorted(n.flags))
         click.echo(f"  {n.name:<8} {n.state.lower():<10} {flags:<16} {n.reason}")
@@ -236,3 +242,57 @@ def rpc(reset: bool, root: str) -> None:
         click.echo(f"  {name:<40} {n}")
     for name, n in sorted(counts.by_user.items(), key=lambda kv: -kv[1]):
         click.echo(f"  user {name:<35} {n}")
+
+
+@sandbox.group()
+def node() -> None:
+    """Node-loss faults: pause or kill one node's slurmd (and its jobs), start it again.
+
+    \b
+      resilient-slurm sandbox node pause node2 25   # NOT_RESPONDING, then back
+      resilient-slurm sandbox node kill node2       # gone: DOWN after SlurmdTimeout
+      resilient-slurm sandbox node start node2      # slurmd again; the node returns
+    """
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@click.option("--background", is_flag=True,
+              help="Return as soon as slurmd is stopped; it continues SECONDS later anyway.")
+@click.option("--notice/--no-notice", default=True, show_default=True,
+              help="Make slurmctld try every slurmd at once (scontrol reconfigure), so the "
+                   "node shows NOT_RESPONDING within MessageTimeout rather than at the next "
+                   "ping (every SlurmdTimeout/3 s).")
+@DIR_OPTION
+def pause(name: str, seconds: float, background: bool, notice: bool, root: str) -> None:
+    """SIGSTOP NODE's slurmd, SIGCONT it SECONDS later; its running job steps go on."""
+    try:
+        lifecycle.node_pause(root, name, seconds, wait=not background, notice=notice)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"slurmd of {name} {'paused for' if background else 'was paused'} {seconds:g}s")
+
+
+@node.command()
+@click.argument("name", metavar="NODE")
+@DIR_OPTION
+def kill(name: str, root: str) -> None:
+    """SIGKILL NODE's slurmd, step daemons and job processes (the node is lost)."""
+    try:
+        pids = lifecycle.node_kill(root, name)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"{name} killed ({len(pids)} process(es)); DOWN after SlurmdTimeout")
+
+
+@node.command("start")
+@click.argument("name", metavar="NODE")
+@DIR_OPTION
+def node_start(name: str, root: str) -> None:
+    """Start NODE's slurmd again and wait until the controller sees it respond."""
+    try:
+        pid = lifecycle.node_start(root, name)
+    except (SandboxError, SlurmError) as exc:
+        _fail(exc)
+    click.echo(f"slurmd of {name} running again (pid {pid})")

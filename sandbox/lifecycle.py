@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.sandbox import controller, jobuser, privileges, rpc
+from resilient_slurm.sandbox import cgroup, controller, jobuser, nodefaults, privileges, rpc
 from resilient_slurm.sandbox.cluster import (
     Paths,
     Plan,
@@ -50,6 +50,10 @@ controller_start = controller.controller_start
 job_user = jobuser.job_user
 run_as_user = jobuser.run_as
 make_user_dir = jobuser.make_user_dir
+node_pause = nodefaults.node_pause
+node_kill = nodefaults.node_kill
+node_start = nodefaults.node_start
+slurmd_pid = nodefaults.slurmd_pid
 rpc_counts = rpc.counts
 rpc_reset = rpc.reset
 rpc_window = rpc.window
@@ -141,8 +145,10 @@ def up(
     ``root`` and wired into slurm.conf, reading each node's simulated hardware from
     ``root/nodes/<node>/scenario.toml`` (``sandbox fault NODE SCENARIO`` changes it).
     ``timing`` is ``"fast"`` (short timeouts) or ``"production"`` (Slurm's defaults), see
-    :data:`cluster.TIMINGS`. ``user`` names the unprivileged account jobs are submitted as
-    (default ``rsjob``, created if missing); :func:`job_user` returns it.
+    :data:`cluster.TIMINGS`; production tracks processes with proctrack/cgroup where this host
+    allows it (else linuxproc: :func:`tracking` says which and why). ``user`` names the
+    unprivileged account jobs are submitted as (default ``rsjob``, created if missing);
+    :func:`job_user` returns it.
     """
     profile = timing_profile(timing)
     if nodes < 1 or nodes > 64:
@@ -187,6 +193,10 @@ def up(
                                                   profile.health_interval), *plan.extra_conf]
     privileges.harden(paths, names)
     account = jobuser.prepare(paths, user or DEFAULT_USER)
+    tracking = cgroup.prepare(paths, profile.proctrack)
+    plan.proctrack = tracking.proctrack
+    if tracking.proctrack == cgroup.CGROUP:
+        atomic_write(paths.p("etc", "cgroup.conf"), cgroup.cgroup_conf(paths), mode=0o644)
     atomic_write(paths.conf, render_conf(paths, plan))
     write_munge_key(paths)
     env = daemon_env(paths)
@@ -202,6 +212,8 @@ def up(
         "pids": pids,
         "daemons": daemons,
         "timing": profile.name,
+        "proctrack": tracking.proctrack,
+        "proctrack_reason": tracking.reason,
         "user": account.to_json(),
         "started_at": time.time(),
     }
@@ -229,7 +241,7 @@ def up(
         wait_for(slurm.ping, 30, "slurmctld", paths.p("log", "slurmctld.log"))
         for n in names:
             record(spawn([progs["slurmd"], "-D", "-f", paths.conf, "-N", n],
-                         paths.p("log", f"slurmd-{n}.out"), env), n)
+                         paths.p("log", f"slurmd-{n}.out"), {**env, nodefaults.NODE_ENV: n}), n)
 
         def all_idle() -> bool:
             states = {n.name: n for n in slurm.nodes()}
@@ -288,6 +300,7 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
     for group in _daemon_groups([p for p in found.daemons if p not in frozen]):
         survivors += kill_pids(group)
     survivors += kill_pids([p for p in members(paths).all() if p not in survivors])
+    cgroup.release(paths)
     meta["pids"] = []
     meta["stopped_at"] = time.time()
     write_meta(paths, meta)
@@ -337,6 +350,13 @@ def memory_summary(root: str) -> str:
     return (f"daemons use {total_pss:.0f} MiB (PSS; RSS {total_rss:.0f} MiB): slurmctld "
             f"{ctld:.1f} MiB, {len(nodes)} slurmd {per_node:.1f} MiB each, munged "
             f"{mem.get('munged', (0, 0))[1] / 1024:.1f} MiB")
+
+
+def tracking(root: str) -> cgroup.Tracking:
+    """How the sandbox under ``root`` tracks job processes (ProctrackType) and why."""
+    meta = read_meta(Paths(root))
+    return cgroup.Tracking(str(meta.get("proctrack", cgroup.LINUXPROC)),
+                           str(meta.get("proctrack_reason", "")))
 
 
 def sandbox_timing(root: str) -> Timing:

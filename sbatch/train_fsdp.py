@@ -3,12 +3,13 @@ NVRx heartbeats and seeded fault injection.
 
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
-(model, optimizer, step, RNG states, data position): with a fixed seed on CPU, an interrupted
-and resumed run ends with the same ``weights digest: <hex>`` line as an uninterrupted one
-(on CUDA too: deterministic kernels are selected, see :func:`deterministic_cuda`),
-also when it resumes on another number of ranks (elastic): the global batch is
-``--virtual-dp`` fixed shards whose gradients are summed in shard order
-(``resilient_slurm.training.ordered_reduce``), so the result does not depend on the world size.
+(model, optimizer, step, RNG states, data position), or with ``--memory-tiers`` from a newer
+snapshot in node or peer memory: with a fixed seed on CPU, an interrupted and resumed run ends
+with the same ``weights digest: <hex>`` line as an uninterrupted one (on CUDA too:
+deterministic kernels are selected, see :func:`train_common.deterministic_cuda`), also when it
+resumes on another number of ranks (elastic): the global batch is ``--virtual-dp`` fixed shards
+whose gradients are summed in shard order (``resilient_slurm.training.ordered_reduce``), so the
+result does not depend on the world size.
 
 Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``resume``
 (step resumed from, 0 = fresh), ``progress`` (step, loss, step_time) every ``--log-every``
@@ -16,14 +17,11 @@ steps and at each commit, ``checkpoint`` (step, stall) when a save is committed,
 (step, digest), ``stopped`` (step, signal) after SIGTERM/SIGUSR1: all ranks save the same step,
 wait for its commit and exit 143. Faults (every rank): ``fault`` (step, rank, type, node).
 ``step_timing`` every ``--step-timing-every`` steps: per node, compute and collective-wait
-seconds per step (``resilient_slurm.training.steptime``), what a launcher needs to find a
-straggler; its own cost is printed at the end.
-"""
+seconds per step (``training.steptime``), to find stragglers; its cost is printed at the end."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
 import random
@@ -38,8 +36,24 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.training import fsdp_state, ordered_reduce
+from resilient_slurm.events import (
+    Checkpoint,
+    Complete,
+    EventKind,
+    EventLog,
+    Progress,
+    Stopped,
+    TrainingResume,
+)
+from resilient_slurm.sbatch.train_common import (
+    TinyTransformer,
+    batch,
+    rng_state,
+    set_rng_state,
+    setup_distributed,
+    shutdown,
+)
+from resilient_slurm.training import fsdp_state, memory_tiers, ordered_reduce
 from resilient_slurm.training.checkpoint import Checkpointer
 from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import (
@@ -106,8 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="emit per-node compute/wait timing every N steps (0: off; env "
                         "RESILIENT_STEP_TIMING_EVERY)")
     p.add_argument("--inprocess", action="store_true",
+                   default=bool(os.environ.get("RESILIENT_INPROCESS_STORE")),
                    help="in-process restart (NVRx Wrapper): faults are recovered in the live "
-                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py)")
+                        "processes; needs RESILIENT_INPROCESS_STORE (sbatch/train_inprocess.py); "
+                        "on by default when `resilient-launch --inprocess` set that")
+    p.add_argument("--memory-tiers", action="store_true", help="snapshot every step to node "
+                   "and peer memory too, resume from the newest (training/memory_tiers.py)")
     p.add_argument("--peer-every", type=int, default=1,
                    help="with --inprocess: refresh the in-memory peer copy every K steps")
     p.add_argument("--soft-timeout", type=float, default=4.0,
@@ -117,92 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int, d_model: int, layers: int, heads: int, seq_len: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d_model)
-        self.pos = nn.Embedding(seq_len, d_model)
-        self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.1,
-                                       batch_first=True, norm_first=True)
-            for _ in range(layers))
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab)
-        mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
-        self.register_buffer("mask", mask, persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
-        for block in self.blocks:
-            h = block(h, src_mask=self.mask, is_causal=True)
-        return self.head(self.norm(h))
-
-
-def batch(args: argparse.Namespace, step: int, shard: int,
-          device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Synthetic data, a pure function of (seed, step, virtual shard): the data position is the
-    step. Each sequence counts up by its own stride modulo the vocabulary."""
-    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1_009 + shard)
-    start = torch.randint(0, args.vocab, (args.batch_size, 1), generator=g)
-    stride = torch.randint(1, 4, (args.batch_size, 1), generator=g)
-    seq = (start + stride * torch.arange(args.seq_len + 1)) % args.vocab
-    return seq[:, :-1].to(device), seq[:, 1:].to(device)
-
-
-def deterministic_cuda() -> None:
-    """Bitwise-reproducible CUDA steps, so a resumed run's digest can equal a fault-free one:
-    deterministic kernels where torch has them (warning where it has none), cuBLAS with a
-    fixed workspace (read when its first handle is made, hence before any matmul), and the
-    math attention kernel (the fused ones' backward passes accumulate in varying order)."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cuda.enable_flash_sdp(False)
-    torch.backends.cuda.enable_mem_efficient_sdp(False)
-    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
-        torch.backends.cuda.enable_cudnn_sdp(False)
-
-
-def setup_distributed(timeout_s: float,
-                      threads: int | None) -> tuple[int, int, int, torch.device]:
-    use_cuda = torch.cuda.is_available()
-    if "RANK" not in os.environ:  # alone: a one-process group on a free local port
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if use_cuda:
-        deterministic_cuda()
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
-    dist.init_process_group("nccl" if use_cuda else "gloo",
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    return dist.get_rank(), dist.get_world_size(), local_rank, device
-
-
-def shutdown() -> None:
-    """Leave together: a rank tearing down gloo while a peer still talks can abort the peer."""
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+ADAPT_AFTER = 10  # steps of heartbeats before the heartbeat timeout is calculated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "sync" if args.sync_checkpoint else args.checkpoint_backend
     ckpt = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep,
                         backend=backend, heartbeat=liveness.beat)
-    start, saved_vdp = 0, None
+    start, saved_vdp, mem = 0, None, memory_tiers.MemoryTiers(args.memory_tiers)
     with liveness.keepalive():
         commit = latest_commit(ckpt.directory)
         if commit is not None and commit.world_size == world:
@@ -269,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             fsdp_state.restore_resharded(model, optimizer, [s["train"] for s in states])
             saved_vdp = states[0].get("virtual_dp")
             log(f"resharded save {start} from {commit.world_size} to {world} ranks")
+        start = mem.resume(model, optimizer, start)  # collective, after any disk restore
     if saved_vdp and args.virtual_dp and saved_vdp != args.virtual_dp:
         log(f"keeping the saved --virtual-dp {saved_vdp} (asked {args.virtual_dp}): the global "
             "batch is fixed for the job's life")
@@ -284,18 +218,27 @@ def main(argv: list[str] | None = None) -> int:
         f"shards in {shards.rounds} round(s)), "
         f"{f'resuming from step {start}' if start else 'fresh start'}, node={node}")
     if events:
-        events.emit(EventKind.RESUME, step=start, fresh=start == 0, world_size=world, node=node,
-                    virtual_dp=shards.virtual_dp,
-                    restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
-                    requeue=os.environ.get("SLURM_RESTART_COUNT"))
+        events.emit(EventKind.RESUME, **TrainingResume(
+            step=start, fresh=start == 0, world_size=world, node=node,
+            virtual_dp=shards.virtual_dp, tier=mem.tier,
+            restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+            requeue=os.environ.get("SLURM_RESTART_COUNT")))
 
     stop = StopSignal()
     stopped: int | None = None
     loss_value, step_time = math.nan, 0.0
     timer = StepTimer(args.step_timing_every, node or socket.gethostname(), events)
     timer.install()
+    # resilient-launch asks (RESILIENT_HEARTBEAT_FLOOR) when the user set no heartbeat timeout:
+    # after ADAPT_AFTER steps, NVRx's own calculation from the heartbeats seen, with a floor.
+    adapt_floor = float(os.environ.get("RESILIENT_HEARTBEAT_FLOOR") or 0)
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
+        if adapt_floor and step == start + ADAPT_AFTER + 1:  # the same step on every rank
+            hb = liveness.adapt_timeouts(adapt_floor)
+            if hb is not None:
+                log(f"heartbeat timeout adapted to {hb:.1f} s (NVRx's calculation from "
+                    f"{ADAPT_AFTER} steps, floor {adapt_floor:g} s)")
         injector.maybe_fire(step)
         t0 = time.perf_counter()
         timer.start_step()
@@ -313,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 losses.append(loss.detach())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        mem.save(model, optimizer, step)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
         compute = timer.compute_so_far() if timer.enabled else time.perf_counter() - t0
@@ -324,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         for committed in ckpt.poll():
             log(f"checkpoint {committed} committed")
             if events:
-                events.emit(EventKind.CHECKPOINT, step=committed)
-                events.emit(EventKind.PROGRESS, step=step, loss=loss_value, step_time=step_time)
+                events.emit(EventKind.CHECKPOINT, **Checkpoint(step=committed))
+                events.emit(EventKind.PROGRESS,
+                            **Progress(step=step, loss=loss_value, step_time=step_time))
         stopped = stop.agreed()  # a collective: waiting for a straggler ends here at the latest
         timer.end_step()
         timer.maybe_report(step, force=bool(stopped) or step == args.steps)
@@ -338,11 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.log_every == 0 or step == args.steps:
             log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms")
             if events:
-                events.emit(EventKind.PROGRESS, step=step, loss=loss_value, step_time=step_time)
+                events.emit(EventKind.PROGRESS,
+                            **Progress(step=step, loss=loss_value, step_time=step_time))
         if stopped:
             break
 
     last = step if start < args.steps else start
+    mem.close()  # before the process group goes (the tiers' writer has a group of its own)
     if timer.enabled and timer.wall_total > 0:
         log(f"step timing cost {timer.cost_total * 1e3:.1f} ms of {timer.wall_total:.2f} s "
             f"measured ({timer.cost_fraction() * 100:.3f} % of step time, {timer.source})")
@@ -353,11 +300,11 @@ def main(argv: list[str] | None = None) -> int:
             ckpt.wait_committed(last, timeout=args.pg_timeout)
         for committed in ckpt.poll():
             if events:
-                events.emit(EventKind.CHECKPOINT, step=committed)
+                events.emit(EventKind.CHECKPOINT, **Checkpoint(step=committed))
     if stopped:
         log(f"stopped by signal {stopped} at step {last}, checkpoint committed")
         if events:
-            events.emit(EventKind.STOPPED, step=last, signal=stopped, loss=loss_value)
+            events.emit(EventKind.STOPPED, **Stopped(step=last, signal=stopped, loss=loss_value))
         shutdown()
         return EXIT_STOPPED
     digest = tensor_digest(fsdp_state.full_model_state(model))
@@ -368,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"weights digest: {digest}", flush=True)
     if events:
-        events.emit(EventKind.COMPLETE, step=args.steps, digest=digest, loss=loss_value)
+        events.emit(EventKind.COMPLETE, **Complete(step=args.steps, digest=digest, loss=loss_value))
     liveness.close()
     shutdown()
     return 0

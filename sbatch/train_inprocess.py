@@ -27,8 +27,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.sbatch.train_fsdp import (
+from resilient_slurm.events import (
+    Checkpoint,
+    Complete,
+    EventKind,
+    EventLog,
+    Progress,
+    Recovered,
+    TrainingResume,
+)
+from resilient_slurm.sbatch.train_common import (
     TinyTransformer,
     batch,
     rng_state,
@@ -109,11 +117,11 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     log(f"world {world} (initial {ctx.initial_world_size}, lost {ctx.lost}), state from "
         f"{source} at step {start} (s: {phases})")
     if events:
-        events.emit(EventKind.RESUME, step=start, fresh=start == 0, world_size=world, node=node,
-                    virtual_dp=vdp, iteration=ctx.iteration,
-                    level="inprocess" if ctx.iteration else None, source_state=source,
-                    lost_ranks=ctx.lost, lost_nodes=lost_nodes,
-                    restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"))
+        events.emit(EventKind.RESUME, **TrainingResume(
+            step=start, fresh=start == 0, world_size=world, node=node, virtual_dp=vdp,
+            iteration=ctx.iteration, level="inprocess" if ctx.iteration else None,
+            source_state=source, lost_ranks=ctx.lost, lost_nodes=lost_nodes,
+            restart=os.environ.get("TORCHELASTIC_RESTART_COUNT")))
     loss_value, step_time = math.nan, 0.0
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
@@ -139,10 +147,11 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
         step_time = time.perf_counter() - t1
         loss_value = float(torch.stack(losses).mean()) if losses else math.nan
         if events and step == start + 1 and ctx.iteration:
-            events.emit(EventKind.RECOVERED, step=step, iteration=ctx.iteration, world_size=world)
+            events.emit(EventKind.RECOVERED,
+                        **Recovered(step=step, iteration=ctx.iteration, world_size=world))
         for committed in ckpt.poll():
             if events:
-                events.emit(EventKind.CHECKPOINT, step=committed)
+                events.emit(EventKind.CHECKPOINT, **Checkpoint(step=committed))
         if ckpt.due(step) or step == args.steps:
             ckpt.save(step, {"step": step, "train": fsdp_state.capture(model, optimizer),
                              "rng": rng_state(), "data": {"position": step},
@@ -152,8 +161,9 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
                 f"(peer copy {ctx.memory.last_refresh_s * 1e3:.1f} ms, "
                 f"{ctx.memory.peer_bytes} B)")
             if events:
-                events.emit(EventKind.PROGRESS, step=step, loss=loss_value, step_time=step_time,
-                            peer_copy_s=ctx.memory.last_refresh_s)
+                events.emit(EventKind.PROGRESS, **Progress(
+                    step=step, loss=loss_value, step_time=step_time,
+                    peer_copy_s=ctx.memory.last_refresh_s))
     with liveness.keepalive():
         ckpt.close()
         ckpt.wait_committed(args.steps, timeout=args.pg_timeout)
@@ -163,8 +173,8 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     if len(set(digests)) != 1:
         raise RuntimeError(f"digests differ across ranks: {digests}")
     if events:
-        events.emit(EventKind.COMPLETE, step=args.steps, digest=digest, loss=loss_value,
-                    iteration=ctx.iteration)
+        events.emit(EventKind.COMPLETE, **Complete(step=args.steps, digest=digest, loss=loss_value,
+                                                   iteration=ctx.iteration))
     dist.barrier()
     dist.destroy_process_group()
     return digest

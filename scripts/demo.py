@@ -1,9 +1,11 @@
 """``make demo``: FSDP training surviving five seeded faults on a local 4-node Slurm cluster.
 
 1. starts a 4-node sandbox with the hooks (prolog, epilog, HealthCheckProgram every 10 s);
-2. submits ``sbatch/fsdp.sbatch`` (``resilient-launch``; 3 nodes, CPU, gloo) with a seeded
-   schedule of 5 faults: an exception, a hang, SIGKILLs and a node fault (simulated Xid 79,
-   then the process dies);
+2. submits ``sbatch/fsdp.sbatch`` on all 4 nodes (``resilient-launch --spares 1``: 3 training
+   nodes and a hot spare; CPU, gloo; ``train_fsdp.py --memory-tiers``: a snapshot every step in
+   node memory and on a peer node) with a seeded schedule of 5 faults: an exception, a hang,
+   SIGKILLs and a node fault (simulated Xid 79, then the process dies), which the spare takes
+   over inside the allocation;
 3. follows the job live (steps, faults, restarts, drains, blame, exclusion, requeue);
 4. prints the report (timeline, what handled each fault, goodput) and writes its plot;
 5. shows ``sinfo -R`` (the drained node) and the job's excluded nodes;
@@ -89,10 +91,12 @@ def main() -> int:
     say(f"training : {wl.nodes} nodes x 1 CPU rank, FSDP2 + gloo, {wl.steps} steps, async "
         f"checkpoint every {wl.checkpoint_every} steps")
     say(f"faults   : seed {wl.fault_seed} -> {harness.describe_schedule(schedule)}")
-    say("launcher : sbatch/fsdp.sbatch -> resilient-launch --min-nodes 3, heartbeat timeout "
-        "10 s:\n           in-job restarts by ft_launcher; a blamed node is excluded and the job "
-        "requeued\n           onto the spare node (--min-nodes 2 would go on with 2 nodes instead; "
-        "either way\n           the 3 virtual shards keep the result bitwise exact)")
+    say("launcher : sbatch -N4 sbatch/fsdp.sbatch -> resilient-launch --spares 1 (3 training "
+        "nodes + 1 hot\n           spare), heartbeat timeout 10 s: in-job restarts by "
+        "ft_launcher; a blamed node is\n           swapped for the spare inside the allocation "
+        "(same world size, no requeue)\n           memory tiers (--memory-tiers): every step in "
+        "node memory + a peer node's copy, so\n           restarts and the spare resume from the "
+        "last finished step")
     say(f"work dir : {work}")
     say()
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
@@ -108,14 +112,20 @@ def main() -> int:
         state_dir = os.path.join(ckpt, ".resilient")
         events = os.path.join(state_dir, "events.jsonl")
         env = {"TRAIN_SCRIPT": str(TRAIN_SCRIPT), "PYTHON": str(BIN / "python"),
-               **harness.resilient_env()}
+               **harness.resilient_env(),
+               # the sandbox's nodes share this host's /dev/shm: one memory folder per node
+               "RESILIENT_TIER1_DIR": os.path.join(work, "job", "shm", "{node}"),
+               # where the sandbox's hooks publish verdicts: what makes the spare usable
+               "RESILIENT_VERDICT_PATH": os.path.join(root, "verdicts", "{node}.json")}
+        env["RESILIENT_LAUNCH_ARGS"] = "--spares 1 " + env["RESILIENT_LAUNCH_ARGS"]
+        args = [*wl.train_args(ckpt), "--memory-tiers"]
         t_sub = time.time()  # goodput's wall runs from submission (resilient_slurm.goodput)
-        jid = c.submit(harness.FSDP_SBATCH, wl.train_args(ckpt),
-                       os.path.join(work, "job", "slurm-%j.out"), env, nodes=wl.nodes)
-        knobs = " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}" for k, v in
-                         harness.resilient_env().items())
-        say(f"[{harness.stamp()}] submitted job {jid}: {knobs} \\\n    sbatch -N{wl.nodes} "
-            f"sbatch/fsdp.sbatch {' '.join(wl.train_args('CKPT'))}")
+        jid = c.submit(harness.FSDP_SBATCH, args, os.path.join(work, "job", "slurm-%j.out"), env,
+                       nodes=wl.nodes + 1)
+        knobs = " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}" for k, v in env.items()
+                         if k not in ("TRAIN_SCRIPT", "PYTHON") and "/" not in v)
+        say(f"[{harness.stamp()}] submitted job {jid}: {knobs} \\\n    sbatch -N{wl.nodes + 1} "
+            f"sbatch/fsdp.sbatch {' '.join([*wl.train_args('CKPT'), '--memory-tiers'])}")
         say()
         say("live progress (job state, training events, launcher decisions, hook drains):")
         follow = harness.Follower([events, c.hook_events], wl.steps, every=10, out=say)
@@ -137,12 +147,13 @@ def main() -> int:
         say("report (resilient-slurm report STATE_DIR --plot FILE.png):")
         say("-" * 78)
         from resilient_slurm.launcher import report
+        from resilient_slurm.launcher.report_plot import plot
 
         evs = list(harness.read_events(events))
         if evs:
             rep = report.build(evs, submitted=t_sub)
             say(report.render(rep, evs))
-            report.plot(rep, evs, plot_path)
+            plot(rep, evs, plot_path)
             say(f"plot: {plot_path}")
         say()
         say("$ sinfo -R")
@@ -159,6 +170,10 @@ def main() -> int:
         say(f"faults fired in schedule order: {'yes' if r.fault_schedule_ok else 'NO'}")
         say(f"goodput (productive step time / wall from submission): {r.goodput:.1%} "
             f"({r.productive_s:.0f} s of {r.wall_s:.0f} s), lost steps {r.lost_steps}")
+        swaps = [e for e in evs if e.get("kind") == "spare" and e.get("node")]
+        say("node fault: " + ("; ".join(f"handled inside the allocation: spare {e['node']} in "
+                                        f"for {e['out']}" for e in swaps) if swaps else
+                              "no spare swap") + f"; requeues {job.restart_count}")
         say(f"final weights digest (5 faults): {r.digest or '(none: job did not complete)'}")
         say(f"fault-free weights digest      : {ref_digest or '(reference run failed)'}")
         match = r.digest is not None and r.digest == ref_digest

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_proof_report import INSTALL_CAP_S, Line, finish, install_line
+from gpu_proof_tiers import tiers_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "sbatch", "train_fsdp.py")
@@ -334,6 +335,7 @@ def plan(p: Proof) -> list[tuple[str, float, Callable[[float], Any]]]:
         ("train-faults", 120, p.faults),
         ("stall-sync", 70, lambda cap: p.stall("sync", cap)),
         ("stall-async", 70, lambda cap: p.stall("async", cap)),
+        ("memory-tiers", 10, lambda cap: tiers_step(p, cap)),
     ]
 
 

@@ -5,6 +5,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+
+# The job user (tests run jobs as `rsjob`, as production clusters run them as their users) must
+# reach the checkout and the interpreter the venv links to: traverse-only (o+x) on each
+# directory above them that others cannot enter, with a note per directory changed. As root
+# only (as another user there is nothing of root's to open). `--job-user-path`: this step alone.
+job_user_path() {
+    [ "$(id -u)" = 0 ] || return 0
+    scripts/open-path.sh "$(pwd)" \
+        "$(.venv/bin/python -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+}
+if [ "${1:-}" = --job-user-path ]; then
+    job_user_path
+    exit 0
+fi
 need_apt=0
 for prog in slurmctld slurmd munged scontrol srun sbatch; do
     command -v "$prog" >/dev/null 2>&1 || [ -x "/usr/sbin/$prog" ] || need_apt=1
@@ -39,7 +53,7 @@ fi
 # (build/__editable__.*/resilient_slurm/..., one symlink per repository file) instead of an
 # import hook, so mypy and IDEs resolve every `resilient_slurm.*` import to its file here.
 # A link tree lists files: it is rebuilt whenever the set of package files changes.
-files=$(git ls-files core slurm sandbox healthcheck prolog epilog launcher training sbatch hooks \
+files=$(git ls-files resilient_slurm slurm sandbox healthcheck prolog epilog launcher training checkpoint sbatch hooks \
         2>/dev/null | sha1sum | cut -c1-40)
 tree_stamp=.venv/.resilient-linktree
 if [ ! -d build ] || [ "$(cat "$tree_stamp" 2>/dev/null)" != "$files" ] \
@@ -54,3 +68,5 @@ if [ ! -d build ] || [ "$(cat "$tree_stamp" 2>/dev/null)" != "$files" ] \
     rm -f "$log"
     echo "$files" >"$tree_stamp"
 fi
+
+job_user_path

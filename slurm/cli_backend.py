@@ -21,13 +21,18 @@ from resilient_slurm import proc
 from resilient_slurm.slurm.hostlist import HostlistError, compress
 from resilient_slurm.slurm.model import Job, Node, SlurmError
 from resilient_slurm.slurm.parse import (
+    _SINFO_BRIEF,
+    _SINFO_FORMAT,
     _job_from_json,
     _job_from_oneliner,
     _job_id,
     _node_from_json,
+    _nodes_field,
     _num,
     _words,
     job_records,
+    node_from_brief,
+    node_from_sinfo,
     parse_oneliner,
     split_state,
 )
@@ -151,6 +156,13 @@ class CliSlurm:
                 return node
         raise SlurmError(f"unknown node(s): {name}")
 
+    def nodes_brief(self) -> list[Node]:
+        """Every node's name, state, reason and the time the reason was set, from one
+        ``sinfo -N -h -O`` call (one node-table RPC, a line per node and partition: a node in
+        two partitions appears twice). What the hooks' fleet guard reads, once per drain."""
+        out = self._run(["sinfo", "-N", "-h", "-O", _SINFO_BRIEF])
+        return [n for n in (node_from_brief(line) for line in out.splitlines()) if n]
+
     def jobs(self) -> list[Job]:
         """Every job the controller still knows (pending, running, finished within MinJobAge)."""
         if self.version() >= (23, 2):
@@ -197,6 +209,24 @@ class CliSlurm:
             return default
         m = re.search(r"^KillWait\s*=\s*(\d+)", text, re.M)
         return float(m.group(1)) if m else default
+
+    def partition_nodes(self, partition: str, timeout: float | None = None) -> list[Node]:
+        """The nodes of one partition with their states (``sinfo -h -N -p PART -O ...``; one
+        query, for a decision that needs it, never a polling loop)."""
+        _check_name(partition)
+        out = self._run(["sinfo", "-h", "-N", "-p", partition, "-O", _SINFO_FORMAT], timeout)
+        found = {n.name: n for n in map(node_from_sinfo, out.splitlines()) if n is not None}
+        return list(found.values())
+
+    def reservation_nodes(self, name: str, timeout: float | None = None) -> list[str]:
+        """The nodes of reservation ``name`` (``scontrol -o show reservation NAME``)."""
+        _check_name(name)
+        for line in self._run(["scontrol", "-o", "show", "reservation", name],
+                              timeout).splitlines():
+            fields = parse_oneliner(line)
+            if fields.get("ReservationName") == name:
+                return list(_nodes_field(fields.get("Nodes")))
+        raise SlurmError(f"no reservation {name}")
 
     def signal_step(self, job_id: int | str, step: int | str, signal: str,
                     timeout: float | None = None) -> None:
@@ -320,23 +350,6 @@ def _checked(nodes: Iterable[str]) -> list[str]:
 def _check_name(node: str) -> None:
     if not node or not re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", node):
         raise SlurmError(f"invalid node name {node!r}")
-
-
-_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
-
-
-def node_from_sinfo(line: str) -> Node | None:
-    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
-    last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
-    parts = line.rstrip("\n").split("|", 4)
-    if len(parts) != 5:
-        return None
-    name, state, user, addr, reason = (p.strip() for p in parts)
-    if reason == "none" and user == "Unknown":
-        reason, user = "", ""
-    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
-    base, flags = split_state([w for w in words if w])
-    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
 
 
 def _version_key(search: str) -> dict[str, Any] | None:

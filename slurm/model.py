@@ -38,6 +38,7 @@ class Node:
     reason: str = ""
     reason_user: str = ""
     addr: str = ""  # NodeAddr: where the node's daemons (and a rendezvous on it) are reached
+    reason_time: float | None = field(default=None, compare=False)  # when the reason was set
 
     @property
     def drain(self) -> bool:

@@ -111,6 +111,8 @@ def _job_from_oneliner(f: Mapping[str, str]) -> Job:
             required=_nodes_field(f.get("ReqNodeList")),
             extra={k: v for k, v in (("batch_host", f.get("BatchHost")),
                                      ("partition", f.get("Partition")),
+                                     ("reservation", f.get("Reservation", "").replace(
+                                         "(null)", "")),
                                      ("user_name", f.get("UserId", "").split("(")[0])) if v},
         )
     except (HostlistError, ValueError) as exc:
@@ -151,6 +153,46 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
         held=priority == 0 or reason.startswith("JobHeld"),
         exit_code=_exit_code(raw.get("exit_code")),
         required=_nodes_field(raw.get("required_nodes")),
-        extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "user_name")
-               if k in raw},
+        extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "reservation",
+                                        "user_name") if k in raw},
     )
+
+
+_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
+
+
+def node_from_sinfo(line: str) -> Node | None:
+    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
+    last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
+    parts = line.rstrip("\n").split("|", 4)
+    if len(parts) != 5:
+        return None
+    name, state, user, addr, reason = (p.strip() for p in parts)
+    if reason == "none" and user == "Unknown":
+        reason, user = "", ""
+    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
+    base, flags = split_state([w for w in words if w])
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
+
+
+_SINFO_BRIEF = "NodeList:|,StateComplete:|,TimeStamp:|,Reason:0"
+
+
+def node_from_brief(line: str) -> Node | None:
+    """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_BRIEF` (the timestamp is
+    the controller's local time, ``Unknown`` when no reason is set)."""
+    import datetime as _dt
+
+    parts = line.rstrip("\n").split("|", 3)
+    if len(parts) != 4 or not parts[0].strip():
+        return None
+    name, state, stamp, reason = (p.strip() for p in parts)
+    try:
+        when: float | None = _dt.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        when = None
+    if reason == "none":
+        reason = ""
+    words = [w.rstrip("*~#!%$@^-") for w in _words(state)]
+    base, flags = split_state([w for w in words if w])
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_time=when)

@@ -41,11 +41,28 @@ NO_SLURM_ENV = "RESILIENT_NO_SLURM"
 SLOW_MARKERS = ("slurm", "train", "integration")
 
 
+# `make test` runs the suite on pytest-xdist workers (`--dist loadgroup`); each worker starts
+# its own sandboxes. The tests of one production sandbox share a worker, so each production
+# sandbox starts once; the other cluster tests of a module stay together, in file order, on
+# one worker (each worker's sandbox is its own); unit tests spread one by one.
+SANDBOX_GROUPS = {"prod6": "prod6", "prod6_sandbox": "prod6", "prod": "prod",
+                  "prod_sandbox": "prod"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test not marked slurm, train or integration is a unit test (`make test-unit`)."""
+    """Every test not marked slurm, train or integration is a unit test (`make test-unit`);
+    the cluster tests get their xdist group (above)."""
     for item in items:
         if not any(item.get_closest_marker(m) for m in SLOW_MARKERS):
             item.add_marker(pytest.mark.unit)
+            continue
+        if item.get_closest_marker("xdist_group"):
+            continue
+        fixtures = getattr(item, "fixturenames", ())
+        group = next((g for f, g in SANDBOX_GROUPS.items() if f in fixtures),
+                     item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def require_sandbox() -> None:
@@ -120,6 +137,13 @@ def prod_sandbox() -> Iterator[Paths]:
     yield from _start_sandbox(TEST_PREFIX + "prod-", nodes=4, timing="production")
 
 
+@pytest.fixture(scope="session")
+def prod6_sandbox() -> Iterator[Paths]:
+    """A 6-node sandbox with Slurm's production timeouts, for the node-loss acceptance tests
+    (a 3-node job among 6 nodes, as production jobs run beside others). Started on demand."""
+    yield from _start_sandbox(TEST_PREFIX + "prod6-", nodes=6, timing="production")
+
+
 @dataclass(frozen=True)
 class JobUserHelper:
     """The unprivileged account the sandboxes' jobs run as, and how to act as it."""
@@ -160,7 +184,8 @@ def job_user() -> Iterator[JobUserHelper]:
         blocked = jobuser.unreachable_by(needed, entry.pw_uid, entry.pw_gid)
         if blocked is not None:
             pytest.fail(f"the job user {entry.pw_name} cannot reach {needed}: {blocked} is "
-                        f"closed to others (chmod o+x {blocked})")
+                        f"closed to others (`make setup` as root opens it: traverse-only, "
+                        f"scripts/open-path.sh; or chmod o+x {blocked})")
     base = tempfile.mkdtemp(prefix="rs-test-user-")
     os.chmod(base, 0o755)
     try:
@@ -170,10 +195,32 @@ def job_user() -> Iterator[JobUserHelper]:
 
 
 @pytest.fixture()
-def slurm(sandbox: Paths):  # type: ignore[no-untyped-def]
+def slurm(sandbox: Paths):
     from resilient_slurm.slurm import connect
 
     return connect(conf=sandbox.conf, backend="cli", timeout=10)
+
+
+def make_healthy_idle(sbx, s, timeout: float) -> None:
+    """Every node of ``sbx`` with healthy simulated hardware, resumed, and (within ``timeout``)
+    IDLE with no flag."""
+    from resilient_slurm.healthcheck.simulate import install_scenario
+
+    for n in s.nodes():
+        install_scenario(sbx.node_dir(n.name), "clear")
+        if n.drain or not n.available:
+            s.resume(n.name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(
+            n.state == "IDLE" and not n.flags for n in s.nodes()):
+        time.sleep(0.3)
+
+
+@pytest.fixture()
+def clean(sandbox, slurm):
+    """Every node healthy and idle before a test."""
+    make_healthy_idle(sandbox, slurm, 30)
+    return sandbox
 
 
 def wait_until(pred: Callable[[], T], timeout: float = 30.0, every: float = 0.3) -> T:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from resilient_slurm.events import EventKind
+from resilient_slurm.events import PAYLOADS, EventKind
 from resilient_slurm.healthcheck.exits import CHECK_EXITS, HOOK_EXITS, ExitTable, render
-from resilient_slurm.launcher.supervisor import EXIT_MEANINGS
+from resilient_slurm.launcher.exits import EXIT_MEANINGS
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 SPAN = re.compile(r"`([^`]+)`")
@@ -48,6 +48,33 @@ def test_events_doc_lists_every_event_kind() -> None:
     kinds = {k.value for k in EventKind}
     assert kinds - documented == set(), "EventKind members missing from docs/events.md"
     assert documented - kinds == set(), "docs/events.md lists kinds that are no EventKind"
+
+
+def documented_fields(text: str, kind: str) -> set[str]:
+    """The names in backticks in the fields column of every row of ``kind`` (a row that says
+    "as `other`" adds the other kind's)."""
+    rows = [r for r in table_rows(text, "Kinds") if kind in SPAN.findall(r[0])]
+    out: set[str] = set()
+    for row in rows:
+        out |= set(SPAN.findall(row[-1]))
+        for other in re.findall(r"as `([^`]+)`", row[-1]):
+            out |= documented_fields(text, other) if other != kind else set()
+    return out
+
+
+def test_events_doc_names_every_typed_payload_field() -> None:
+    text = (ROOT / "docs" / "events.md").read_text()
+    for kind, types in PAYLOADS.items():
+        typed = set().union(*(t.__required_keys__ | t.__optional_keys__  # type: ignore[attr-defined]
+                              for t in types))
+        assert typed - documented_fields(text, kind) == set(), kind
+
+
+def test_field_check_sees_a_missing_field() -> None:
+    text = (ROOT / "docs" / "events.md").read_text()
+    assert "previous_state" in documented_fields(text, "reboot")  # "as `drain`"
+    assert "previous_state" not in documented_fields(
+        text.replace("`previous_state`", "previous state"), "reboot")
 
 
 def test_kind_check_sees_a_missing_and_an_extra_kind() -> None:

@@ -10,7 +10,7 @@ from resilient_slurm.events import EventKind, EventLog, read_events
 from resilient_slurm.launcher import observe
 
 
-def test_a_kind_is_written_as_its_plain_string(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_kind_is_written_as_its_plain_string(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     event = EventLog(str(path), "health", node="n1").emit(EventKind.DRAIN, reason="rhc:XID79")
     line = path.read_text()
@@ -20,7 +20,7 @@ def test_a_kind_is_written_as_its_plain_string(tmp_path) -> None:  # type: ignor
     assert [e["kind"] for e in read_events(str(path))] == [EventKind.DRAIN]
 
 
-def test_an_unknown_kind_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_kind_is_refused(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     with pytest.raises(ValueError, match="drained"):
         EventLog(str(path), "health").emit("drained")  # type: ignore[arg-type]
@@ -37,3 +37,16 @@ def test_members_compare_and_hash_as_their_strings() -> None:
 def test_every_observation_is_a_kind() -> None:
     assert observe.WATCHED <= set(EventKind)
     assert all(isinstance(kind, EventKind) for kind, _ in observe.PATTERNS)
+
+
+def test_every_event_kind_has_a_typed_payload() -> None:
+    """A reader finds what each kind carries in one place: every EventKind has its payload
+    types in PAYLOADS, each a TypedDict."""
+    from resilient_slurm.events import PAYLOADS
+
+    assert set(EventKind) - set(PAYLOADS) == set(), "EventKind members without a payload type"
+    for kind, types in PAYLOADS.items():
+        assert types, kind
+        for t in types:
+            assert isinstance(t, type) and issubclass(t, dict), (kind, t)
+            assert t.__optional_keys__ or t.__required_keys__, (kind, t)  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import Fault as FaultEvent
 
 FAULT_TYPES = ("exception", "hang", "sigkill", "node")
 TARGETED_TYPES = (*FAULT_TYPES, "crash", "slow")
@@ -319,9 +320,9 @@ class FaultInjector:
         target = active[-1]
         if target.index not in self._slow_seen and self._claim(target) \
                 and self.events is not None:
-            self.events.emit(EventKind.FAULT, step=step, rank=self.rank, type="slow",
-                             factor=target.factor, index=target.index,
-                             node=self.env.get("SLURMD_NODENAME"), pid=os.getpid())
+            self.events.emit(EventKind.FAULT, **FaultEvent(
+                step=step, rank=self.rank, type="slow", factor=target.factor,
+                index=target.index, node=self.env.get("SLURMD_NODENAME"), pid=os.getpid()))
             print(f"[fault] rank {self.rank} computes {target.factor:g}x slower from step "
                   f"{step}", flush=True)
         self._slow_seen.add(target.index)
@@ -329,9 +330,9 @@ class FaultInjector:
 
     def _fire(self, fault: Fault, kind: str) -> None:
         if self.events is not None:
-            self.events.emit(EventKind.FAULT, step=fault.step, rank=fault.rank, type=kind,
-                             index=fault.index, node=self.env.get("SLURMD_NODENAME"),
-                             pid=os.getpid())
+            self.events.emit(EventKind.FAULT, **FaultEvent(
+                step=fault.step, rank=fault.rank, type=kind, index=fault.index,
+                node=self.env.get("SLURMD_NODENAME"), pid=os.getpid()))
         print(f"[fault] injecting {kind} at step {fault.step} on rank {fault.rank}",
               flush=True)
         self.actions[fault.type](fault)

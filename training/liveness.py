@@ -93,6 +93,34 @@ class Liveness:
             with contextlib.suppress(Exception):
                 self.beat(force=True)
 
+    def adapt_timeouts(self, floor: float) -> float | None:
+        """Hang detection from this job's own heartbeats: NVRx's calculation
+        (``calculate_and_set_hb_timeouts``: the longest heartbeat interval seen on any rank,
+        times its safety factor) for the timeout between heartbeats, never below ``floor``
+        seconds; the initial timeout (the first heartbeat after a start) stays as configured.
+        A collective: every rank calls it at the same step. Returns the timeout now in force,
+        or None (no monitor, or too few heartbeats yet)."""
+        if self._client is None:
+            return None
+        with self._lock:
+            try:
+                calc = self._client.timeouts_calc
+                calc.synchronize_all()
+                if not calc.can_get_hb_timeouts():
+                    return None
+                current = self._client.hb_timeouts
+                new = calc.get_hb_timeouts(current=current)
+                new.subsequent = max(float(new.subsequent), floor)
+                if current is not None and current.initial is not None:
+                    new.initial = max(float(new.initial or 0.0), float(current.initial))
+                self._client._set_calculated_timeouts(new_hb_timeouts=new,  # noqa: SLF001
+                                                      new_section_timeouts=None)
+                return float(new.subsequent)
+            except Exception as exc:  # noqa: BLE001 - keep the configured timeouts
+                print(f"liveness: heartbeat timeouts not adapted ({exc})", file=sys.stderr,
+                      flush=True)
+                return None
+
     def close(self) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):

@@ -3,13 +3,15 @@
 :class:`MemoryState` lives outside the function that ``inprocess.Wrapper`` re-enters, so it
 survives a restart. It holds:
 
-* this rank's **snapshots**: a deep copy of its local FSDP shards (model and optimizer), taken
-  after each completed step with :meth:`MemoryState.record`, with any picklable ``extra``
+* this rank's **snapshots**: a host-memory copy of its local FSDP shards (model and optimizer;
+  device shards staged through pinned buffers that are reused, never kept in device memory),
+  taken after each completed step with :meth:`MemoryState.record`, with any picklable ``extra``
   (step, RNG, data position). The new snapshot replaces the dict in one assignment, so an
   asynchronous interruption leaves either the old or the new set, never a torn one.
 * **peer copies**: every ``peer_every`` steps (:meth:`MemoryState.refresh`, a collective), rank
   ``r`` sends its snapshot to rank ``r - 1`` and keeps a copy of rank ``r + 1``'s (a ring of
-  buddies), so the death of any one rank loses no state.
+  buddies), so the death of any one rank loses no state. Host tensors travel over gloo (the
+  training's group when it is gloo, else a gloo group over the same ranks), never over NCCL.
 
 :meth:`MemoryState.restore` (a collective on the new process group) agrees with the other
 ranks on the newest step for which every shard of one layout (world size) exists somewhere,
@@ -57,6 +59,64 @@ def _clone(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(_clone(v) for v in x)
     return x
+
+
+class HostPool:
+    """Host copies of device tensors in pinned buffers, reused once a snapshot is dropped (so
+    snapshots never sit in device memory and pinned allocations are not repeated per step).
+    CPU tensors are cloned."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
+        self.device_copies = False
+
+    def copy(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            t = x.detach()
+            if t.device.type == "cpu":
+                return t.clone()
+            free = self._free.get((tuple(t.shape), t.dtype))
+            buf = free.pop() if free else torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            buf.copy_(t, non_blocking=True)
+            self.device_copies = True
+            return buf
+        if isinstance(x, dict):
+            return {k: self.copy(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.copy(v) for v in x)
+        return x
+
+    def stage(self, x: Any) -> Any:
+        """A host copy of ``x``, complete when this returns."""
+        self.device_copies = False
+        out = self.copy(x)
+        if self.device_copies:
+            torch.cuda.current_stream().synchronize()
+        return out
+
+    def release(self, x: Any) -> None:
+        """Give a dropped snapshot's pinned shard buffers back for reuse (only shards: other
+        tensors of a snapshot may also sit in a peer copy's structure)."""
+        if isinstance(x, dict) and SHARD in x:
+            t = x[SHARD]
+            if isinstance(t, torch.Tensor) and t.is_pinned():
+                self._free.setdefault((tuple(t.shape), t.dtype), []).append(t)
+        elif isinstance(x, dict):
+            for v in x.values():
+                self.release(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                self.release(v)
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return 0
 
 
 def _shards(x: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -114,15 +174,21 @@ class MemoryState:
         self._peer_spec: tuple[int, list[tuple[list[int], torch.dtype]]] | None = None
         self.last_refresh_s = 0.0
         self.peer_bytes = 0
+        self.pool = HostPool()
+        self._gloo: tuple[int, dist.ProcessGroup | None] | None = None
 
     # -- recording --------------------------------------------------------------------------
     def record(self, step: int, world: int, rank: int, model: torch.nn.Module,
                optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None) -> None:
         """Snapshot this rank's state after ``step`` completed (local, no collective)."""
-        snap = Snapshot(step, world, rank, _clone(fsdp_state.capture(model, optimizer)),
+        snap = Snapshot(step, world, rank, self.pool.stage(fsdp_state.capture(model, optimizer)),
                         dict(extra or {}))
         own = {**self.own, step: snap}
-        self.own = self._prune_own(own)  # one assignment: never torn
+        kept = self._prune_own(own)
+        self.own = kept  # one assignment: never torn
+        for s, dropped in own.items():
+            if s not in kept:
+                self.pool.release(dropped.train)
 
     def _refresh_steps(self, steps: list[int]) -> list[int]:
         if self.peer_every <= 0:
@@ -148,6 +214,7 @@ class MemoryState:
             return
         snap = self.own[step]
         mine = _shards(snap.train, [])
+        group = self.copy_group(group)
         key = id(group) if group is not None else id(dist.group.WORLD)
         if self._peer_spec is None or self._peer_spec[0] != key:
             specs: list[Any] = [None] * world
@@ -175,6 +242,25 @@ class MemoryState:
     def forget_peer_spec(self) -> None:
         """Call when the process group is rebuilt (the buddy may have changed)."""
         self._peer_spec = None
+        self._gloo = None
+
+    def copy_group(self, group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
+        """The group host tensors travel on: ``group`` itself when it is gloo, else a gloo
+        group over the same ranks (made once per process group, a collective), so host
+        snapshots are never sent over NCCL."""
+        g = group if group is not None else dist.group.WORLD
+        if dist.get_backend(g) == "gloo":
+            return group
+        key = id(g)
+        if self._gloo is None or self._gloo[0] != key:
+            ranks = dist.get_process_group_ranks(g) if group is not None else None
+            self._gloo = (key, dist.new_group(ranks=ranks, backend="gloo"))
+        return self._gloo[1]
+
+    def host_bytes(self) -> dict[str, int]:
+        """Host memory the snapshots and peer copies take (bytes)."""
+        return {"own": sum(_nbytes(s.train) for s in self.own.values()),
+                "peer": sum(_nbytes(p) for p in self.peers.values())}
 
     # -- restoring --------------------------------------------------------------------------
     def holdings(self) -> dict[str, list[tuple[int, int, int]]]:
@@ -217,11 +303,11 @@ class MemoryState:
                     enumerate(infos)) and src_world == world
         if local:
             snap = self.own[step]
-            fsdp_state.restore(model, optimizer, _clone(snap.train))
+            fsdp_state.restore(model, optimizer, _clone(snap.train))  # moved to the device there
             return Restored(step, dict(snap.extra), None)
         held = {o: p for o, p in self.parts(src_world, step).items()}
         gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, held, group=group)
+        dist.all_gather_object(gathered, held, group=self.copy_group(group))  # host tensors
         merged: dict[int, dict[str, Any]] = {}
         for g in gathered:
             for owner, train in g.items():

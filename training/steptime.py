@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import EventKind, EventLog, StepTiming
 
 TIMED_COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -219,10 +219,10 @@ class StepTimer:
         cost, self.cost = self.cost, 0.0
         self.cost_total += cost
         if self.events is not None:
-            self.events.emit(EventKind.STEP_TIMING, step=step, steps=steps, world_size=world,
-                             step_s=round(wall, 6), cost_s=round(cost / steps, 6),
-                             timing=self.source,
-                             nodes=aggregate([r.cpu().tolist() for r in rows], self._nodes))
+            self.events.emit(EventKind.STEP_TIMING, **StepTiming(
+                step=step, steps=steps, world_size=world, step_s=round(wall, 6),
+                cost_s=round(cost / steps, 6), timing=self.source,
+                nodes=aggregate([r.cpu().tolist() for r in rows], self._nodes)))
 
     def cost_fraction(self) -> float:
         """Share of the measured step time this module cost (its own gathers included)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import compare  # noqa: E402
+import run_figures  # noqa: E402
 
 
 def test_sparse_schedule_has_one_fault_of_each_type_over_300_steps() -> None:
@@ -44,6 +46,60 @@ def test_same_hang_timeout_for_every_mechanism() -> None:
     assert "scontrol requeue" in text  # the requeue-on-failure batch script, not a straw man
 
 
+def test_the_spare_mechanism_holds_one_node_more_and_snapshots_every_step(tmp_path) -> None:
+    """Issue 26's row: the same training nodes plus one hot spare (--spares 1 on an allocation
+    one node larger), memory tiers on, otherwise resilient-launch's settings; and its step-time
+    figure is the training's own per-step time."""
+    wl = compare.workload("sparse")
+    _, env, _ = compare.script_and_env(compare.SPARE, 20, "/ev")
+    _, plain, _ = compare.script_and_env("resilient-launch", 20, "/ev")
+    assert env["RESILIENT_LAUNCH_ARGS"] == "--spares 1 " + plain["RESILIENT_LAUNCH_ARGS"]
+    assert compare.SPARES == {compare.SPARE: 1}
+    args = compare.train_args(wl, "/ck", True, compare.SPARE, 20)
+    args.remove("--memory-tiers")
+    assert args == compare.train_args(wl, "/ck", True, "resilient-launch", 20)
+    ev = tmp_path / "ev.jsonl"
+    lines = [{"kind": "progress", "step": s, "step_time": t, "ts": float(s)}
+             for s, t in ((1, 0.2), (2, 0.3), (2, 0.3), (3, 0.25), (4, 9.0), (5, 0.21))]
+    ev.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert run_figures.step_median(str(ev)) == 0.25  # one per step (a commit repeats step 2)
+    assert run_figures.step_median(str(tmp_path / "none.jsonl")) is None
+
+
+def test_tier_cost_compares_only_the_window_both_runs_trained_in(tmp_path) -> None:
+    """The fault-free run ends early, while the machine was loaded: its steps are slow. Only
+    the steps both runs took in the same wall-time window are compared."""
+    def write(name: str, rows: list[tuple[float, float]]) -> str:
+        p = tmp_path / name
+        p.write_text("".join(json.dumps({"kind": "progress", "step": i + 1, "ts": ts,
+                                         "step_time": t}) + "\n"
+                             for i, (ts, t) in enumerate(rows)))
+        return str(p)
+
+    free = write("free.jsonl", [(float(t), 0.30) for t in range(0, 40)])  # loaded: 300 ms
+    tiers = write("tiers.jsonl", [(float(t), 0.33) for t in range(0, 40)]  # 10% dearer then
+                  + [(float(t), 0.20) for t in range(40, 200)])  # alone later: fast
+    got = run_figures.tier_cost(tiers, free)
+    assert got is not None and got["cost"] == 0.1 and got["steps"] == [40, 40]
+    assert got["window_s"] == 39.0
+    assert run_figures.tier_cost(tiers, str(tmp_path / "none.jsonl")) is None
+    assert run_figures.tier_cost(write("short.jsonl", [(1.0, 0.3)] * 3), free) is None  # too few
+
+
+def test_swap_breakdown_splits_detection_relaunch_and_start() -> None:
+    evs = [{"ts": 100.0, "kind": "fault", "source": "training", "type": "node"},
+           {"ts": 101.0, "kind": "progress", "step": 5},  # a survivor's step before the stop
+           {"ts": 130.0, "kind": "blame", "nodes": ["n2"]},
+           {"ts": 131.0, "kind": "spare", "node": "n4", "out": "n2"},
+           {"ts": 140.0, "kind": "cycle_start"},
+           {"ts": 152.5, "kind": "progress", "step": 6}]
+    assert run_figures.swap_breakdown(evs) == {
+        "fault_to_blame_s": 30.0, "blame_to_cycle_start_s": 10.0,
+        "cycle_start_to_first_step_s": 12.5, "total_s": 52.5}
+    assert run_figures.swap_breakdown(evs[:3]) is None  # no spare swapped in: no breakdown
+    assert run_figures.swap_breakdown([e for e in evs if e["kind"] != "fault"]) is None
+
+
 AGENT = """
 import subprocess, sys, time
 worker = subprocess.Popen([sys.executable, "-u", sys.argv[1]])
@@ -59,7 +115,7 @@ time.sleep(60)
 """
 
 
-def test_worker_pids_finds_only_that_jobs_worker_on_that_node(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_worker_pids_finds_only_that_jobs_worker_on_that_node(tmp_path) -> None:
     """The training worker the agent started, on that job and node: not its forked daemon,
     not a process that only names the script, not another job's or node's."""
     import os

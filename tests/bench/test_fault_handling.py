@@ -66,7 +66,7 @@ def test_a_new_requeue_count_is_a_requeue_without_the_launcher() -> None:
     assert report.handler(events, 1)[:2] == ("in-job restart (ft_launcher)", 2)
 
 
-def test_bench_summary_uses_the_report_classification(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_summary_uses_the_report_classification(tmp_path) -> None:
     sys.path.insert(0, str(REPO / "bench"))
     import harness
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from resilient_slurm import goodput
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher import report, report_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,9 @@ RUN = [resume(0, 0), prog(1, 1), prog(2, 2), prog(3, 3), prog(4, 4),
 
 
 def test_each_step_counted_once_at_its_last_execution() -> None:
-    prod, high, n = goodput.productive(RUN)
+    prod, high, n, basis = goodput.productive(RUN)
     # steps 1, 2 from the first run (1 s each), steps 3-6 from the second (2 s each)
-    assert (prod, high, n) == (1 + 1 + 2 * 4, 6, 6)
+    assert (prod, high, n, basis) == (1 + 1 + 2 * 4, 6, 6, goodput.STEP_REPORTS)
 
 
 def test_wall_from_submission_to_end() -> None:
@@ -52,11 +52,35 @@ def test_no_step_reports_is_unknown_not_zero() -> None:
     assert g.productive_s is None and g.value is None
 
 
-def test_gap_without_resume_is_not_productive() -> None:
-    # a step whose predecessor was never reported in this run is not timed (no double count of
-    # the restart gap): step 3 follows a resume from 1, step 5 follows nothing
-    evs = [resume(0, 1), prog(5, 2), prog(6, 3), prog(30, 5), prog(31, 6)]
-    assert goodput.productive(evs) == (5 + 1 + 1, 6, 3)
+def test_a_restart_gap_is_not_productive() -> None:
+    # the processes restarted between steps 3 and 5 (a new cycle): step 5's report cannot be
+    # timed against step 3's, and the next interval starts at step 5
+    evs = [resume(0, 1), prog(5, 2), prog(6, 3), {"ts": 7, "kind": "cycle_start"},
+           {"ts": 8, "kind": "rendezvous", "round": 1}, prog(30, 5), prog(31, 6)]
+    assert goodput.productive(evs) == (5 + 1 + 1, 6, 3, goodput.STEP_REPORTS)
+    # an in-job restart: a dead worker, then the group restarted
+    evs = [resume(0, 1), prog(5, 2), prog(6, 3), {"ts": 7, "kind": "worker_failed"},
+           {"ts": 8, "kind": "worker_restart"}, prog(30, 5), prog(31, 6)]
+    assert goodput.productive(evs) == (5 + 1 + 1, 6, 3, goodput.STEP_REPORTS)
+
+
+def test_an_interval_of_reports_counts_all_its_steps() -> None:
+    # --log-every 10: reports of steps 10, 20, 30 after a resume from 0, 1 s per step
+    evs = [resume(0, 0), prog(10, 10), prog(20, 20), prog(30, 30)]
+    assert goodput.productive(evs) == (30.0, 30, 30, goodput.STEP_REPORTS)
+    # a fault, a resume from checkpoint 20: steps 21-30 redone at 2 s each replace the first
+    evs += [{"ts": 31, "kind": "worker_failed"}, resume(40, 20), prog(60, 30)]
+    assert goodput.productive(evs) == (20.0 + 20.0, 30, 30, goodput.STEP_REPORTS)
+
+
+def test_progress_seen_through_checkpoints_counts_the_same_way() -> None:
+    evs = [{"ts": 0, "kind": "cycle_start"},
+           *({"ts": t, "kind": "checkpoint", "step": t // 2, "source": "launcher"}
+             for t in (10, 30, 50))]
+    prod, high, n, basis = goodput.productive(evs)
+    assert (prod, high, n, basis) == (40.0, 25, 20, goodput.CHECKPOINTS)
+    # step reports, when there are any, are the marks (checkpoints then add nothing)
+    assert goodput.productive([*evs, prog(60, 26), prog(61, 27)])[3] == goodput.STEP_REPORTS
 
 
 def test_report_uses_the_shared_definition() -> None:
@@ -67,20 +91,20 @@ def test_report_uses_the_shared_definition() -> None:
     assert "from submission" in report.render(rep, list(RUN))
 
 
-def test_report_cli_submitted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_report_cli_submitted(tmp_path) -> None:
     d = tmp_path / "st"
     d.mkdir()
     (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in RUN))
-    res = CliRunner().invoke(report.report_command, [str(d), "--json", "--submitted", "-10"])
+    res = CliRunner().invoke(report_cli.report_command, [str(d), "--json", "--submitted", "-10"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["goodput"] == pytest.approx(10 / 40)
-    res = CliRunner().invoke(report.report_command, [str(d), "--json"])
+    res = CliRunner().invoke(report_cli.report_command, [str(d), "--json"])
     assert json.loads(res.output)["goodput"] == pytest.approx(10 / 30)
-    bad = CliRunner().invoke(report.report_command, [str(d), "--submitted", "5"])
+    bad = CliRunner().invoke(report_cli.report_command, [str(d), "--submitted", "5"])
     assert bad.exit_code == 2 and "after the job's first event" in bad.output
 
 
-def test_bench_summary_uses_the_shared_definition(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_summary_uses_the_shared_definition(tmp_path) -> None:
     sys.path.insert(0, str(REPO / "bench"))
     import harness
 
@@ -89,3 +113,14 @@ def test_bench_summary_uses_the_shared_definition(tmp_path) -> None:  # type: ig
     r = harness.summarize("x", 1, os.fspath(ev), "COMPLETED", False, 50.0, [], 0, [],
                           submitted=-10)
     assert r.productive_s == 10 and r.goodput == pytest.approx(10 / 50)
+
+
+def test_the_report_says_how_the_figure_was_obtained() -> None:
+    evs = [{"ts": 0, "kind": "cycle_start"},
+           {"ts": 10, "kind": "checkpoint", "step": 100, "source": "launcher"},
+           {"ts": 20, "kind": "checkpoint", "step": 200, "source": "launcher"}]
+    rep = report.build(evs)
+    assert rep.productive_basis == goodput.CHECKPOINTS
+    assert "productive 10.0s (from checkpoints)" in report.render(rep, evs)
+    rep = report.build(list(RUN))
+    assert "productive 10.0s (from step reports)" in report.render(rep, list(RUN))

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from resilient_slurm import projection as pj
-from resilient_slurm.plan_cli import plan_command
+from resilient_slurm.cli.plan import plan_command
 
 SHARES = {"node": 0.78, "process": 0.12, "hang": 0.1}
 
@@ -69,7 +69,7 @@ def test_bad_inputs_are_said() -> None:
         "rl", {"node": pj.Cost(30, 0.5), "process": pj.Cost(5), "hang": pj.Cost(12)})
 
 
-def test_cli_prints_inputs_and_label(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_prints_inputs_and_label(tmp_path) -> None:
     costs = tmp_path / "c.json"
     costs.write_text(json.dumps({"delta_s": 4, "source": "bench run X", "mechanisms": {
         "baseline": {"node": {"base_s": 400}, "process": {"base_s": 200}, "hang": {"base_s": 1900}},

@@ -74,17 +74,87 @@ def test_inprocess_targets_per_fault_type() -> None:
     assert "--inprocess" not in str(render.targets(section()))  # no row, no target
 
 
+def test_spare_targets_node_swap_lost_steps_and_tier_cost() -> None:
+    """Issue 26's targets on the tiers + spare row: the node fault is met only when the spare
+    took it in < 15 s with 0 lost steps; process faults only with 0 lost steps; the tier cost
+    is the row's median step against the fault-free resilient-launch's."""
+    sec = section()
+    runs = sec["runs"]  # type: ignore[index]
+    runs[1]["step_s_median"] = 0.200  # type: ignore[index]
+    sp = run(render.SPARE, 0.5, 120, [("sigkill", 8.0), ("node", 12.0), ("exception", 6.0)],
+             step_s_median=0.206)
+    node = sp["faults"][1]  # type: ignore[index]
+    node["handled_by"] = "spare node4 in for node2"
+    sec["runs"] = [*runs, sp]  # type: ignore[misc]
+
+    def tgt() -> dict[str, dict[str, object]]:
+        return {x["target"].split(": ", 1)[1].split()[0]: x for x in render.targets(sec)
+                if x["target"].startswith("tiers + spare")}
+
+    t = tgt()
+    assert t["node"]["met"] and t["node"]["value"] == \
+        "worst 12.0 s, 0 lost steps, 1 of 1 by the spare"
+    assert t["sigkill"]["met"] and t["exception"]["met"]
+    assert t["tier"]["met"] and t["tier"]["value"].startswith("+3.0%")
+    node["lost_steps"] = 2  # the spare restored an older step
+    sp["faults"][0]["lost_steps"] = 1  # type: ignore[index]
+    sp["step_s_median"] = 0.230
+    t = tgt()
+    assert not t["node"]["met"] and not t["sigkill"]["met"] and t["exception"]["met"]
+    assert not t["tier"]["met"] and t["tier"]["value"].startswith("+15.0%")
+    node["lost_steps"], node["handled_by"] = 0, "requeue"  # fast but not the spare
+    assert not tgt()["node"]["met"]
+    sec["tier_cost"] = {render.SPARE: {"cost": 0.04, "with_tiers_median_s": 0.26,  # type: ignore[index]
+                                       "fault_free_median_s": 0.25, "steps": [90, 80],
+                                       "window_s": 30.0}}
+    t = tgt()["tier"]  # the same-window figure wins over the runs' whole medians
+    assert t["met"] and t["value"].startswith("+4.0%") and "over the 30 s both" in t["target"]
+    assert "tiers + spare" not in str(render.targets(section()))  # no row, no target
+
+
 def test_plan_inputs_per_class_and_unrecovered_left_out() -> None:
     inp = render.plan_inputs({"compare-production-sparse": section()})
     assert inp is not None
     m = inp["mechanisms"]
     assert "ft_launcher" not in m and any("ft_launcher" in n for n in inp["notes"])
-    assert m["resilient-launch"] == {"process": {"base_s": 7.0}, "node": {"base_s": 60.0},
-                                     "hang": {"base_s": 25.0}}
+    assert m["resilient-launch"] == {"process": {"base_s": 7.0, "lost_steps": 0.0},
+                                     "node": {"base_s": 60.0, "lost_steps": 0.0},
+                                     "hang": {"base_s": 25.0, "lost_steps": 0.0}}
     assert m["baseline (torch default timeout)"]["hang"]["base_s"] == 170 + 1800 - 20
+    assert inp["interval_steps"] == 20 and inp["options"] == {}  # no spare row, no options
 
 
-def test_render_all_writes_tables_projection_and_charts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_plan_inputs_lost_steps_and_the_spare_rows_options(tmp_path) -> None:
+    """Item 4: lost work from the measured lost steps per class (not half an interval for
+    all), the spare row's tier cost from its own median step against the fault-free one, and
+    the projection (render_all) accepts them."""
+    sec = section()
+    runs = sec["runs"]  # type: ignore[index]
+    runs[1]["step_s_median"] = 0.2  # type: ignore[index]
+    runs[4]["faults"][1]["lost_steps"] = 12  # type: ignore[index]  # resilient-launch's node
+    sp = run(render.SPARE, 0.5, 120, FAULTS, step_s_median=0.21)
+    sp["faults"][1]["handled_by"] = "spare node4 in for node2"  # type: ignore[index]
+    sec["runs"] = [*runs, sp]  # type: ignore[misc]
+    inp = render.plan_inputs({"compare-production-sparse": sec})
+    assert inp is not None
+    assert inp["mechanisms"]["resilient-launch"]["node"]["lost_steps"] == 12.0
+    o = inp["options"][render.SPARE]
+    assert o["memory_tiers"] and o["tier_cost"] == 0.05 and o["fallback"] == "resilient-launch"
+    assert o["spares"] == render.SPARES_AT_SCALE and o["unmeasured"]
+    (tmp_path / "compare-production-sparse.json").write_text(json.dumps(sec))
+    sec["runs"][-1]["swap"] = {"fault_to_blame_s": 30.0, "blame_to_cycle_start_s": 10.0,  # type: ignore[index]
+                               "cycle_start_to_first_step_s": 12.5, "total_s": 52.5}
+    ck = {"stall": {"overhead_ratio": 0.159}}
+    o = render.plan_inputs({"compare-production-sparse": sec, "checkpointing": ck}
+                           )["options"][render.SPARE]  # type: ignore[index]
+    assert o["delta_s"] == 4.77  # 30 s x the measured async/sync stall ratio
+    (tmp_path / "compare-production-sparse.json").write_text(json.dumps(sec))
+    md = render.render_all(tmp_path)
+    assert "memory tiers cost 5.00% of each step" in md and "lost steps per fault" in md
+    assert "after it, 52.5 s: detection and blame 30.0 s, blame to the new cycle" in md
+
+
+def test_render_all_writes_tables_projection_and_charts(tmp_path) -> None:
     (tmp_path / "compare-production-sparse.json").write_text(json.dumps(section()))
     md = render.render_all(tmp_path)
     assert "| baseline at torch's default timeout (1800 s), DERIVED" in md
@@ -107,7 +177,7 @@ def curve() -> dict[str, object]:
     return {"section": "cost-curve", "profile": "fast", "points": pts}
 
 
-def test_cost_curve_fits_table_and_chart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cost_curve_fits_table_and_chart(tmp_path) -> None:
     import run_all
 
     sec = curve()
@@ -133,7 +203,7 @@ def test_projection_uses_the_cost_curve_for_in_allocation_node_faults() -> None:
     row = inp["mechanisms"]["resilient-launch (node faults in-allocation)"]
     # the curve's smallest size (30 + 0.5 x 4) + (30 - 10) s: production's health interval
     assert row["node"] == {"base_s": 52.0}
-    assert row["hang"] == {"base_s": 25.0}  # other classes as measured in the comparison
+    assert row["hang"] == {"base_s": 25.0, "lost_steps": 0.0}  # others as in the comparison
 
 
 def test_inprocess_section_table() -> None:

@@ -6,6 +6,8 @@ import os
 from typing import Any
 
 from resilient_slurm.config import Config, load_config
+from resilient_slurm.healthcheck.config import ProfileSpec
+from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
 
 
 def make_config(tmp: str, text: str = "", **health: Any) -> Config:
@@ -29,3 +31,29 @@ def write_scenario(directory: str, name: str, body: str, base: str = "healthy-p5
 
 def by_check(report: Any, check: str) -> list[Any]:
     return [r for r in report.results if r.check == check]
+
+
+# A p5-like profile and a healthy 8-GPU snapshot for the pure GPU-check tests.
+P5 = ProfileSpec(gpus=8, gpu_generation="hopper", nvlinks_per_gpu=18, nvswitch=True,
+                 pcie_gen=5, pcie_width=16)
+HEALTHY: dict[str, Any] = {
+    "ecc": (0, 0), "remapped_rows": (0, 0, False, False), "retired_pages": (0, False),
+    "clock_reasons": 1, "temperature": 40, "nvlink": [True] * 18, "pcie": (1, 16, 5, 16),
+    "fabric": "completed", "recovery_action": 0, "processes": [], "memory": 0,
+}
+
+
+def snap(n: int = 8, **per_gpu: dict[str, Any]) -> GpuSnapshot:
+    gpus = []
+    for i in range(n):
+        values = dict(HEALTHY)
+        errors: dict[str, str] = {}
+        for k, v in per_gpu.get(f"g{i}", {}).items():
+            if isinstance(v, str) and v.isupper():
+                errors[k] = v
+                values.pop(k, None)
+            else:
+                values[k] = v
+        gpus.append(GpuInfo(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", f"00000000:{0x53 + i:02X}:00.0",
+                            9, values, errors))
+    return GpuSnapshot(driver="550", count=n, gpus=gpus)

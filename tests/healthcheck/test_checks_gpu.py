@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from resilient_slurm.healthcheck import checks_gpu as cg
 from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
-from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
+from resilient_slurm.healthcheck.gpu import GpuSnapshot
 
-P5 = ProfileSpec(gpus=8, gpu_generation="hopper", nvlinks_per_gpu=18, nvswitch=True,
-                 pcie_gen=5, pcie_width=16)
-HEALTHY: dict[str, Any] = {
-    "ecc": (0, 0), "remapped_rows": (0, 0, False, False), "retired_pages": (0, False),
-    "clock_reasons": 1, "temperature": 40, "nvlink": [True] * 18, "pcie": (1, 16, 5, 16),
-    "fabric": "completed", "recovery_action": 0, "processes": [], "memory": 0,
-}
-
-
-def snap(n: int = 8, **per_gpu: dict[str, Any]) -> GpuSnapshot:
-    gpus = []
-    for i in range(n):
-        values = dict(HEALTHY)
-        errors: dict[str, str] = {}
-        for k, v in per_gpu.get(f"g{i}", {}).items():
-            if isinstance(v, str) and v.isupper():
-                errors[k] = v
-                values.pop(k, None)
-            else:
-                values[k] = v
-        gpus.append(GpuInfo(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", f"00000000:{0x53 + i:02X}:00.0",
-                            9, values, errors))
-    return GpuSnapshot(driver="550", count=n, gpus=gpus)
-
+from .helpers import P5, snap
 
 CTX = cg.GpuContext(HealthConfig(), P5)
 ALL = [cg.evaluate_gpu_count, cg.evaluate_ecc, cg.evaluate_row_remap, cg.evaluate_retired_pages,
@@ -138,7 +113,7 @@ def test_pcie_idle_gpu_is_not_failed_for_low_current_gen():
     (r,) = cg.evaluate_pcie(snap(g0={"pcie": (1, 16, 5, 16), "clock_reasons": 1}), CTX)
     assert r.status == "ok"
     (r,) = cg.evaluate_pcie(snap(g0={"pcie": (5, 8, 5, 16), "clock_reasons": 0}), CTX)
-    assert (r.status, r.code) == ("warn", "PCIE_WIDTH")
+    assert (r.status, r.code) == ("fail", "PCIE_WIDTH")  # busy (not idle): issue 23 item 7
     (r,) = cg.evaluate_pcie(snap(g0={"pcie": (4, 16, 4, 16)}), CTX)
     assert (r.status, r.code) == ("fail", "PCIE_DEGRADED")
 

@@ -32,8 +32,12 @@ def test_parse_shapes():
     ev = parse_line(XID79)
     assert ev and (ev.kind, ev.code, ev.pci, ev.ts) == ("xid", 79, "0000:86:00", 86390.112233)
     assert ev.text == "GPU has fallen off the bus."
-    ev = parse_line("kernel: NVRM: Xid (PCI:00000000:53:00.0): 48, pid=1, name=x, DBE")
+    ev = parse_line("kern  :crit  : [  5.0] NVRM: Xid (PCI:00000000:53:00.0): 48, pid=1, "
+                    "name=x, DBE")  # dmesg -x
     assert ev and ev.pci == "0000:53:00" and ev.code == 48
+    # a syslog file's "kernel:" tag is not the kernel's word (`logger -t kernel` writes it)
+    assert parse_line("Dec  1 host kernel: NVRM: Xid (PCI:0000:53:00): 48, pid=1, x") is None
+    assert parse_line("user  :crit  : [  5.0] NVRM: Xid (PCI:0000:53:00): 48, x") is None
     s = parse_line(SXID_FATAL)
     assert s and (s.kind, s.code, s.fatal) == ("sxid", 24007, True)
     s = parse_line(SXID_NONFATAL)
@@ -69,10 +73,11 @@ def test_ignored_and_app_level_xids():
 
 def test_unknown_code_and_unknown_generation_fail_closed():
     (r,) = cl.evaluate_xid(read("NVRM: Xid (PCI:0000:53:00): 999, pid=1, name=x, new"), ctx())
-    assert (r.status, r.code, r.action) == ("fail", "XID999", "drain")
+    assert (r.status, r.code, r.hold) == ("unknown", "XID999", False)
+    assert "Xid 999 not in the hopper map" in r.evidence
     (r,) = cl.evaluate_xid(read("NVRM: Xid (PCI:0000:53:00): 43, pid=1, name=x, Ch"),
                            ctx(gen=""))
-    assert r.status == "fail"
+    assert r.status == "unknown" and "unknown GPU generation" in r.evidence
 
 
 def test_boot_noise_only_within_window():

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import pytest
 
 from resilient_slurm.healthcheck import tools
-from resilient_slurm.healthcheck.engine import CHECKS, run_checks
+from resilient_slurm.healthcheck.engine import CHECKS
 from resilient_slurm.healthcheck.model import worst
+from resilient_slurm.healthcheck.seams import check_node
 
 from .helpers import by_check, make_config, write_scenario
 
@@ -80,6 +81,10 @@ def cell_for(check: str, fault: str, tmp: str) -> Cell | None:
             return Cell(f'[rdma]\n{key} = {32 if key == "efa" else 8}\n{key}_rate = "fast-ish"\n',
                         prof)
         return Cell(f"[rdma]\n{key} = 8\nunreadable = true\n", prof)  # denied
+    if check == "fabric_manager":  # p5 requires nvidia-fabricmanager: systemctl is the tool
+        if fault == "nvml_init":
+            return None
+        return Cell(f'[tools.systemctl]\nbehavior = "{fault}"\n')
     if check in ("fi_info", "dcgm_diag", "dcgm_health"):
         if fault == "nvml_init":
             return None
@@ -128,7 +133,7 @@ def test_fault_matrix(tmp_path, monkeypatch, capsys, mode):
             with monkeypatch.context() as m:
                 if cell.storage:
                     m.setattr(tools, "storage_argv", cell.storage)
-                report = run_checks(cfg, simulate=scen, node="fm", only=[check],
+                report = check_node(cfg, simulate=scen, node="fm", only=[check],
                                     profile=cell.profile if mode == "profile" else None)
             results = by_check(report, check)
             if mode == "auto":

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from resilient_slurm.config import load_config, tomllib
 from resilient_slurm.healthcheck.cli import main
-from resilient_slurm.healthcheck.engine import run_checks
 from resilient_slurm.healthcheck.genconf import observe, render
 from resilient_slurm.healthcheck.profiles import shipped_profiles
+from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import Scenario, scenario_path
 
 from .helpers import by_check, write_scenario
@@ -57,9 +57,9 @@ def test_profile_round_trip_with_check(tmp_path) -> None:
     path = tmp_path / "site.toml"
     path.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\n" + frag)
     config = load_config(str(path), env={})
-    ok = run_checks(config, simulate="healthy-p5", profile="site-p5", node="n1")
+    ok = check_node(config, simulate="healthy-p5", profile="site-p5", node="n1")
     assert ok.exit_code == 0, [r.to_json() for r in ok.results if r.status != "ok"]
-    bad = run_checks(config, simulate="efa-port-down", profile="site-p5", node="n1")
+    bad = check_node(config, simulate="efa-port-down", profile="site-p5", node="n1")
     assert bad.exit_code == 1
     assert by_check(bad, "efa")[0].code == "EFA_PORT_DOWN"
 
@@ -122,7 +122,10 @@ behavior = "missing"
     assert prof | {"match": []} == {
         "match": [], "gpus": 8, "gpu_generation": "ampere", "efa": 0, "efa_min_rate_gbps": 0.0,
         "ib_ports": 8, "ib_min_rate_gbps": 200.0, "nvlinks_per_gpu": 12, "nvswitch": False,
-        "pcie_gen": 4, "pcie_width": 16, "require_dcgm": False, "require_fi_info": False}
+        "pcie_gen": 4, "pcie_width": 16, "require_dcgm": False, "require_fi_info": False,
+        "require_ecc": True, "fabric_manager": True, "imex": False,  # as the base scenario
+        "nvml_required": ["ecc", "ecc_mode", "remapped_rows", "clock_reasons", "utilization",
+                          "temperature", "pcie"]}
     assert "dcgmi not found" in err
 
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from resilient_slurm.healthcheck import kernlog
-from resilient_slurm.healthcheck.engine import run_checks
+from resilient_slurm.healthcheck import kernlog, seams
+from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
 
 from .helpers import by_check, make_config, write_scenario
@@ -39,25 +39,25 @@ def test_install_writes_scenario_atomically(node):
 
 def test_reported_once_then_new_one_then_clear(node):
     cfg, node_dir = node
-    assert run_checks(cfg, node="n1").exit_code == 0
+    assert check_node(cfg, node="n1").exit_code == 0
     install_scenario(node_dir, "xid79")
-    first = run_checks(cfg, node="n1")
+    first = check_node(cfg, node="n1")
     assert xids(first) == [("XID79", "gpu3")]
     assert first.simulated and first.exit_code == 1
-    second = run_checks(cfg, node="n1")
+    second = check_node(cfg, node="n1")
     assert xids(second) == []  # the same Xid is not reported again ...
     assert second.exit_code == 1  # ... but the GPU is still lost
     install_scenario(node_dir, "xid79")  # the injector breaks it again: a new Xid
-    assert xids(run_checks(cfg, node="n1")) == [("XID79", "gpu3")]
+    assert xids(check_node(cfg, node="n1")) == [("XID79", "gpu3")]
     install_scenario(node_dir, "clear")
-    healthy = run_checks(cfg, node="n1")
+    healthy = check_node(cfg, node="n1")
     assert healthy.exit_code == 0, [r.to_json() for r in healthy.results if r.status != "ok"]
-    assert run_checks(cfg, node="n1").exit_code == 0
+    assert check_node(cfg, node="n1").exit_code == 0
 
 
 def test_state_lives_in_the_node_dir(node):
     cfg, node_dir = node
-    run_checks(cfg, node="n1")
+    check_node(cfg, node="n1")
     saved = json.load(open(os.path.join(node_dir, "state", "health", "kernlog-position.json")))
     assert saved["source"] == "file" and saved["boot_id"]
 
@@ -69,35 +69,35 @@ def test_new_boot_id_resets_the_position(node, tmp_path):
     body = f'[kernel_log]\nboot_id = "BOOT-A"\nappend = [{line}]\n'
     a = write_scenario(str(tmp_path / "s"), "boot-a", body)
     install_scenario(node_dir, a)
-    assert xids(run_checks(cfg, node="n1")) == [("XID95", "gpu0")]
-    assert xids(run_checks(cfg, node="n1")) == []
+    assert xids(check_node(cfg, node="n1")) == [("XID95", "gpu0")]
+    assert xids(check_node(cfg, node="n1")) == []
     # the node reboots and logs the same line at the same place in its new log
     b = write_scenario(str(tmp_path / "s"), "boot-b", body.replace("BOOT-A", "BOOT-B"))
     install_scenario(node_dir, b)
     with open(os.path.join(node_dir, "kernel.log")) as fh:
         assert "Xid" in fh.read()
-    assert xids(run_checks(cfg, node="n1")) == [("XID95", "gpu0")]
-    assert xids(run_checks(cfg, node="n1")) == []
+    assert xids(check_node(cfg, node="n1")) == [("XID95", "gpu0")]
+    assert xids(check_node(cfg, node="n1")) == []
 
 
 def test_since_position_for_the_epilog(node):
     cfg, node_dir = node
-    start = kernlog.current_position(cfg, node="n1")
+    start = seams.current_position(cfg, node="n1")
     assert json.loads(json.dumps(start)) == start  # JSON-serialisable
-    assert run_checks(cfg, node="n1").exit_code == 0  # the periodic run consumes nothing new
+    assert check_node(cfg, node="n1").exit_code == 0  # the periodic run consumes nothing new
     install_scenario(node_dir, "xid79")
     for _ in range(2):  # an explicit position neither uses nor moves the saved one
-        epi = run_checks(cfg, check_set="epilog", node="n1", since_position=start)
+        epi = check_node(cfg, check_set="epilog", node="n1", since_position=start)
         assert xids(epi) == [("XID79", "gpu3")]
-    assert xids(run_checks(cfg, node="n1")) == [("XID79", "gpu3")]
-    read = kernlog.read_since(cfg, start, node="n1")
+    assert xids(check_node(cfg, node="n1")) == [("XID79", "gpu3")]
+    read = seams.read_since(cfg, start, node="n1")
     assert [e.code for e in read.events] == [79]
 
 
 def test_shipped_scenario_without_node_dir_has_no_memory(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
     for _ in range(2):
-        assert xids(run_checks(cfg, simulate="xid79", node="x", only=["xid"])) == [
+        assert xids(check_node(cfg, simulate="xid79", node="x", only=["xid"])) == [
             ("XID79", "gpu3")]
     assert not os.path.exists(tmp_path / "state" / "health" / "kernlog-position.json")
 
@@ -123,8 +123,8 @@ else cat {data}; fi
     os.chmod(script, 0o755)
 
 
-def rec(i: int, msg: str) -> dict:
-    return {"__CURSOR": f"s=abc;i={i}", "MESSAGE": msg,
+def rec(i: int, msg: str, transport: str = "kernel") -> dict:
+    return {"__CURSOR": f"s=abc;i={i}", "MESSAGE": msg, "_TRANSPORT": transport,
             "_SOURCE_MONOTONIC_TIMESTAMP": str(i * 10**6)}
 
 
@@ -175,13 +175,13 @@ def test_busy_lock_reads_but_does_not_advance(node):
     from resilient_slurm import fsutil
 
     cfg, node_dir = node
-    run_checks(cfg, node="n1")
+    check_node(cfg, node="n1")
     install_scenario(node_dir, "xid79")
     lock = os.path.join(node_dir, "state", "health", "kernlog-position.json.lock")
     with fsutil.locked(lock):
-        busy = run_checks(cfg, node="n1", only=["xid"])
+        busy = check_node(cfg, node="n1", only=["xid"])
     assert xids(busy) == [("XID79", "gpu3")]
     assert [r.code for r in by_check(busy, "xid") if r.status == "warn"] == ["STATE_UNAVAILABLE"]
     # not advanced: the next run (lock free) still reports it, then never again
-    assert xids(run_checks(cfg, node="n1", only=["xid"])) == [("XID79", "gpu3")]
-    assert xids(run_checks(cfg, node="n1", only=["xid"])) == []
+    assert xids(check_node(cfg, node="n1", only=["xid"])) == [("XID79", "gpu3")]
+    assert xids(check_node(cfg, node="n1", only=["xid"])) == []

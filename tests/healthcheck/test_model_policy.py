@@ -5,7 +5,7 @@ import os
 import pytest
 
 from resilient_slurm.config import tomllib
-from resilient_slurm.healthcheck import policy
+from resilient_slurm.healthcheck import policy, xid_decode
 from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 from resilient_slurm.healthcheck.model import FAIL, OK, UNKNOWN, WARN, Report, Result, worst
 
@@ -51,42 +51,42 @@ def test_shipped_policies_cite_a_source_per_entry(gen):
         data = tomllib.load(fh)
     assert data["generation"] == gen
     assert "Xid Catalog" in data["catalog"]
-    # One base table (issue 12 item 10); each generation lists only its differences.
-    with open(os.path.join(policy.POLICY_DIR, "base.toml"), "rb") as fh:
-        base = tomllib.load(fh)
-    assert len(base["xid"]) >= 15
-    for key, entry in [*base["xid"].items(), *data.get("xid", {}).items()]:
+    assert data["columns"] and set(data["columns"]) <= {"A100", "H100", "B100", "GB200"}
+    for key, entry in data.get("xid", {}).items():
         assert int(key) > 0
         assert entry["action"] in policy.ACTION_RANK, key
         assert entry["source"].strip(), key
-    assert not set(data.get("xid", {})) & set(base["xid"]), "repeats base.toml"
     p = policy.load_policy(gen, HealthConfig())
+    for rule in p.rules.values():
+        assert rule.source.startswith("catalog"), rule
     assert p.rule(79).action == "reboot"
     assert p.rule(43).action == "ignore"
     assert p.rule(95).action == "reset_gpu"
 
 
-def test_blackwell_has_nvlink5_codes_others_do_not():
+def test_nvlink5_codes_are_blackwell_only():
     cfg = HealthConfig()
-    assert policy.load_policy("blackwell", cfg).rule(145).action == "drain"
+    for gen in ("blackwell", "grace_blackwell"):
+        assert policy.load_policy(gen, cfg).rule(145).decode == "nvlink5"
     rule = policy.load_policy("hopper", cfg).rule(145)
-    assert rule.action == "drain" and "failing closed" in rule.source
+    assert not rule.mapped and "not in the hopper map" in rule.source
 
 
 def test_unknown_xid_and_unknown_generation_fail_closed():
     cfg = HealthConfig()
     rule = policy.load_policy("hopper", cfg).rule(9999)
-    assert rule.action == "drain" and "not in the hopper policy" in rule.source
+    assert not rule.mapped and "Xid 9999 not in the hopper map" in rule.source
+    assert "not in NVIDIA's Xid catalog" in rule.source
     unknown = policy.load_policy("kepler", cfg)
-    assert unknown.rule(43).action == "drain"  # even a normally-ignored code
+    assert not unknown.rule(43).mapped  # even a normally-ignored code
     assert "unknown GPU generation" in unknown.rule(43).source
 
 
 def test_site_overrides_and_boot_noise():
-    cfg = HealthConfig(xid_overrides={"hopper": {"109": "reset_gpu", "43": "drain"}},
+    cfg = HealthConfig(xid_overrides={"hopper": {"109": "restart_app", "43": "drain"}},
                        boot_noise={"hopper": [119]})
     p = policy.load_policy("hopper", cfg)
-    assert p.rule(109).action == "reset_gpu"
+    assert p.rule(109).action == "restart_app"
     assert p.rule(43).action == "drain"
     assert 119 in p.boot_noise
     assert 119 not in policy.load_policy("ampere", cfg).boot_noise
@@ -97,7 +97,11 @@ def test_site_overrides_and_boot_noise():
     ("NVIDIA H200", None, "hopper"),
     ("NVIDIA A100-SXM4-80GB", None, "ampere"),
     ("NVIDIA B200", None, "blackwell"),
-    ("NVIDIA GB200", None, "blackwell"),
+    ("NVIDIA GB200", None, "grace_blackwell"),
+    ("NVIDIA GB200", 10, "grace_blackwell"),
+    ("NVIDIA B200", 10, "blackwell"),
+    ("NVIDIA GB300", None, "grace_blackwell"),
+    ("NVIDIA L40S", 8, "ada"),
     ("Tesla V100-SXM2-32GB", None, ""),
     ("whatever", 9, "hopper"),
     ("whatever", 10, "blackwell"),
@@ -116,4 +120,4 @@ def test_generation_detection(name, arch, gen):
     ("something else", None),
 ])
 def test_xid154_text(text, action):
-    assert policy.action_for_154(text) == action
+    assert xid_decode.action_for_154(text) == action

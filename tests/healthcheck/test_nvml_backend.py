@@ -46,6 +46,8 @@ H200 = {
     "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId="00000000:19:00.0"),
     "nvmlDeviceGetArchitecture": lambda h: 9,
     "nvmlDeviceGetTotalEccErrors": lambda h, t, c: 0,
+    "nvmlDeviceGetEccMode": lambda h: [1, 1],
+    "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=0, memory=0),
     "nvmlDeviceGetRemappedRows": lambda h: (2, 0, 0, 0),
     "nvmlDeviceGetRetiredPages": _not_supported,
     "nvmlDeviceGetRetiredPagesPendingStatus": _not_supported,
@@ -90,8 +92,9 @@ def test_every_field_reads_through_nvidia_ml_py_signatures(fake_pynvml) -> None:
     assert (snap.driver, snap.count, gpu.name, gpu.pci) == ("580.65.06", 1, "NVIDIA H200",
                                                             "00000000:19:00.0")
     assert gpu.values == {
-        "ecc": (0, 0), "remapped_rows": (2, 0, False, False), "clock_reasons": 1,
-        "temperature": 31, "nvlink": [], "pcie": (1, 16, 5, 16), "fabric": "completed",
+        "ecc": (0, 0), "ecc_mode": (True, True), "utilization": 0,
+        "remapped_rows": (2, 0, False, False), "clock_reasons": 1, "temperature": 31,
+        "nvlink": [], "pcie": (1, 16, 5, 16), "fabric": "completed",
         "recovery_action": 0, "processes": [], "memory": 5}
     assert gpu.errors == {"retired_pages": "NOT_SUPPORTED"}
 

@@ -15,11 +15,13 @@ from resilient_slurm.healthcheck.fakes import HangingNvml, nvml_fault
 from resilient_slurm.healthcheck.gpu import gather_gpus
 from resilient_slurm.healthcheck.simulate import Scenario, scenario_path
 
+WATCHDOG_S = 10  # counts from process start: room for a loaded start
+
 
 def _check(tmp_path, fault: str | None) -> tuple[subprocess.CompletedProcess[str], float]:
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\nnvml_timeout_s = 1\n"
-                   "watchdog_s = 5\n")
+                   f"watchdog_s = {WATCHDOG_S}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RESILIENT_")}
     if fault is not None:
         env["RESILIENT_HEALTH_NVML_FAULT"] = fault
@@ -35,7 +37,7 @@ def test_env_fault_makes_nvml_checks_unknown_within_the_watchdog(tmp_path) -> No
     assert clean.returncode == 0, clean.stdout
     proc, took = _check(tmp_path, "hang")
     assert proc.returncode == 3, proc.stderr
-    assert took < 5.0 + 1.0
+    assert took < WATCHDOG_S + 8.0, took  # the hang is an hour; the slack is an interpreter start
     report = json.loads(proc.stdout)
     assert report["status"] == "unknown"
     gpu = [r for r in report["results"] if r["check"] == "temperature"]

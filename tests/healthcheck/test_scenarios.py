@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from resilient_slurm.config import ConfigError
-from resilient_slurm.healthcheck.engine import CHECK_SETS, CHECKS, run_checks
+from resilient_slurm.healthcheck.engine import CHECK_SETS, CHECKS
+from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import shipped_scenarios
 
 from .helpers import by_check, make_config
@@ -24,6 +25,12 @@ EXPECTED = {
     "dcgmi-hang": (3, [("dcgm_health", "DCGMI_TIMEOUT", None)]),
     "thermal-slowdown": (1, [("clocks", "CLOCK_HW_SLOWDOWN", "gpu6"),
                              ("temperature", "GPU_TEMP", "gpu6")]),
+    "forged-xid": (0, []),
+    "flood-then-fatal": (1, [("xid", "XID79", "gpu3")]),
+    "fabric-manager-down": (1, [("fabric_manager", "FM_INACTIVE", None)]),
+    "pcie-x8-busy": (1, [("pcie", "PCIE_WIDTH", "gpu4")]),
+    "healthy-gb200": (0, []),
+    "gpu-proc-left": (0, []),  # the periodic set does not look; the epilog does (holds tests)
 }
 
 
@@ -39,7 +46,7 @@ def test_every_listed_scenario_is_shipped():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_shipped_scenario_verdict(name, fast_config):
     code, must = EXPECTED[name]
-    report = run_checks(fast_config, simulate=name, node="sim1")
+    report = check_node(fast_config, simulate=name, node="sim1")
     assert report.simulated is True
     assert report.exit_code == code, [r.to_json() for r in report.results if r.status != "ok"]
     bad = {(r.check, r.code, r.device) for r in report.results if r.status != "ok"}
@@ -54,7 +61,7 @@ def test_shipped_scenario_verdict(name, fast_config):
 def test_dcgmi_missing_when_diag_runs(fast_config):
     # The prolog set holds no diagnostic (issue 12 item 12); run on demand, a missing dcgmi
     # is still unknown.
-    report = run_checks(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s",
+    report = check_node(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s",
                         only=["dcgm_diag"])
     (r,) = by_check(report, "dcgm_diag")
     assert (r.status, r.code) == ("unknown", "DCGMI_MISSING")
@@ -70,7 +77,7 @@ def test_check_sets_are_known_checks():
 
 def test_only_and_kill_switch(tmp_path):
     cfg = make_config(str(tmp_path), "[health.checks.ecc]\nenabled = false\n")
-    report = run_checks(cfg, simulate="ecc-uncorrectable", only=["ecc", "row_remap"], node="s")
+    report = check_node(cfg, simulate="ecc-uncorrectable", only=["ecc", "row_remap"], node="s")
     assert {r.check for r in report.results} == {"profile", "ecc", "row_remap"}
     (ecc,) = by_check(report, "ecc")
     assert ecc.code == "DISABLED"
@@ -79,23 +86,23 @@ def test_only_and_kill_switch(tmp_path):
 
 def test_bad_names_raise_config_error(fast_config, tmp_path):
     with pytest.raises(ConfigError, match="--only"):
-        run_checks(fast_config, simulate="healthy-p5", only=["nope"])
+        check_node(fast_config, simulate="healthy-p5", only=["nope"])
     with pytest.raises(ConfigError, match="no shipped scenario"):
-        run_checks(fast_config, simulate="no-such-scenario")
+        check_node(fast_config, simulate="no-such-scenario")
     with pytest.raises(ConfigError, match="--profile"):
-        run_checks(fast_config, simulate="healthy-p5", profile="p99")
+        check_node(fast_config, simulate="healthy-p5", profile="p99")
     cfg = make_config(str(tmp_path), "[health.checks.bogus]\nenabled = false\n")
     with pytest.raises(ConfigError, match="health.checks.bogus"):
-        run_checks(cfg, simulate="healthy-p5")
+        check_node(cfg, simulate="healthy-p5")
 
 
 def test_profile_selection(tmp_path):
     cfg = make_config(str(tmp_path), '[health.profile_patterns]\n"gpu-*" = "p4d.24xlarge"\n')
-    assert run_checks(cfg, simulate="healthy-p5", node="gpu-1", only=["efa"]).profile == \
+    assert check_node(cfg, simulate="healthy-p5", node="gpu-1", only=["efa"]).profile == \
         "p4d.24xlarge"
-    r = run_checks(cfg, simulate="healthy-p5", node="queue-st-p548xlarge-3", only=["efa"])
+    r = check_node(cfg, simulate="healthy-p5", node="queue-st-p548xlarge-3", only=["efa"])
     assert r.profile == "p5.48xlarge"
-    r = run_checks(cfg, simulate="healthy-p5", node="x", only=["efa"], profile="ib-8gpu")
+    r = check_node(cfg, simulate="healthy-p5", node="x", only=["efa"], profile="ib-8gpu")
     assert r.profile == "ib-8gpu"
 
 
@@ -103,22 +110,22 @@ def test_auto_profile_is_reported(tmp_path, monkeypatch):
     cfg = make_config(str(tmp_path))
     scen = tmp_path / "s.toml"
     scen.write_text('base = "healthy-p5"\nprofile = ""\n')
-    report = run_checks(cfg, simulate=str(scen), node="plain", only=["gpu_count"])
+    report = check_node(cfg, simulate=str(scen), node="plain", only=["gpu_count"])
     (p,) = by_check(report, "profile")
     # Issue 12 item 6: an unmatched node is unknown (drained) unless the admin chose that.
     assert (p.status, p.code) == ("unknown", "PROFILE_UNMATCHED")
     assert report.exit_code == 3
     allowed = make_config(str(tmp_path), "allow_unmatched_profile = true\n")
-    report = run_checks(allowed, simulate=str(scen), node="plain", only=["gpu_count"])
+    report = check_node(allowed, simulate=str(scen), node="plain", only=["gpu_count"])
     (p,) = by_check(report, "profile")
     assert (p.status, p.code) == ("warn", "PROFILE_AUTO")
 
 
 def test_gpu_scope(fast_config):
-    report = run_checks(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+    report = check_node(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
                         node="s", gpu_indices=[0, 1])
     assert [r.status for r in by_check(report, "ecc")] == ["ok"]
-    report = run_checks(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+    report = check_node(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
                         node="s", gpu_indices=[5])
     assert [r.code for r in by_check(report, "ecc")] == ["ECC_DBE"]
 
@@ -127,7 +134,7 @@ def test_real_path_without_gpu_fails_closed(tmp_path):
     """No simulation configured: the real NVML path. On a machine without a GPU driver,
     NVML init fails and the verdict is unknown, never ok."""
     cfg = make_config(str(tmp_path), nvml_timeout_s=5.0)
-    report = run_checks(cfg, only=["gpu_count"], node="real")
+    report = check_node(cfg, only=["gpu_count"], node="real")
     assert report.simulated is False
     (r,) = by_check(report, "gpu_count")
     if r.status == "ok":
@@ -136,7 +143,7 @@ def test_real_path_without_gpu_fails_closed(tmp_path):
 
 
 def test_gpu_index_out_of_range_is_not_ok(fast_config):
-    report = run_checks(fast_config, check_set="prolog", simulate="healthy-p5", node="s",
+    report = check_node(fast_config, check_set="prolog", simulate="healthy-p5", node="s",
                         gpu_indices=[9])
     assert report.exit_code == 3
 
@@ -145,7 +152,7 @@ def test_bad_scenario_data_is_a_config_error(fast_config, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "healthy-p5"\n[rdma]\nefa = "lots"\n')
     with pytest.raises(ConfigError, match="simulate"):
-        run_checks(fast_config, simulate=str(bad), node="s")
+        check_node(fast_config, simulate=str(bad), node="s")
     bad.write_text("not toml [")
     with pytest.raises(ConfigError, match="simulate"):
-        run_checks(fast_config, simulate=str(bad), node="s")
+        check_node(fast_config, simulate=str(bad), node="s")

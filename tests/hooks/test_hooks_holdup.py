@@ -21,51 +21,16 @@ from resilient_slurm.config import ConfigError, load_config
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck import kernlog
 from resilient_slurm.healthcheck.cli import main as health_cli
-from resilient_slurm.healthcheck.engine import run_checks
+from resilient_slurm.healthcheck.klogfile import FileSource
+from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import nodestate
 
 from ..healthcheck.helpers import by_check, make_config, write_scenario
+from .conftest import hook_config, run_hook
 
 XID79 = ("[86390.1] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, "
          "GPU has fallen off the bus.")
-
-
-def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
-    """A hook config for node n1 on simulated hardware, Slurm pointed at nothing."""
-    root = tmp_path / "root"
-    root.mkdir(mode=0o755, exist_ok=True)
-    os.chmod(root, 0o755)
-    install_scenario(str(root / "nodes" / "n1"), "clear")
-    path = root / "config.toml"
-    path.write_text(
-        "[hooks]\n"
-        f'state_dir = "{root}/nodes/{{node}}/hooks"\n'
-        f'events_file = "{root}/events.jsonl"\n'
-        + (f'verdict_file = "{root}/verdicts/{{node}}.json"\n' if verdicts else "") +
-        'slurm_bin_dir = "/nonexistent"\n'
-        'slurm_conf = "/nonexistent/slurm.conf"\n'
-        "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"
-        + extra +
-        "[health]\n"
-        f'state_dir = "{root}/nodes/{{node}}/health"\n'
-        f'simulate = "{root}/nodes/{{node}}/scenario.toml"\n'
-        'profile = "p5.48xlarge"\nwatchdog_s = 10\ntool_timeout_s = 5\nnvml_timeout_s = 5\n')
-    os.chmod(path, 0o644)
-    return str(path)
-
-
-def run_hook(module: str, config: str, env: dict[str, str] | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """A hook as slurmd runs it: root, a bare environment, ``python -I``."""
-    func = {"prolog": "resilient_slurm.prolog.hook:prolog_main",
-            "epilog": "resilient_slurm.epilog.hook:epilog_main",
-            "health": "resilient_slurm.hooks.entry:health_main"}[module]
-    mod, fn = func.split(":")
-    code = f"import sys; from {mod} import {fn}; sys.exit({fn}(['--config', {config!r}]))"
-    base = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}
-    return subprocess.run([sys.executable, "-I", "-c", code], env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, cwd="/")
 
 
 # -- item 4: content safety ----------------------------------------------------------------
@@ -77,7 +42,7 @@ def test_non_utf8_byte_in_kernel_log_still_finds_xid79(tmp_path):
     install_scenario(node, "clear")
     with open(os.path.join(node, "kernel.log"), "ab") as fh:
         fh.write(b"[86000.0] usb 1-1: bad descriptor \xff\xfe\xc3(\n" + XID79.encode() + b"\n")
-    report = run_checks(cfg, node="n1", only=["xid"])
+    report = check_node(cfg, node="n1", only=["xid"])
     assert [r.code for r in by_check(report, "xid")] == ["XID79"]
 
 
@@ -103,11 +68,11 @@ def test_big_kernel_log_is_not_reread(tmp_path):
         chunk = (b"[100.0] audit: type=1400 apparmor=ALLOWED operation=open name=/x\n" * 16384)
         for _ in range(30 * 1024 * 1024 // len(chunk)):
             fh.write(chunk)
-    run_checks(cfg, node="n1", only=["xid"])  # the first run reads it all, once
+    check_node(cfg, node="n1", only=["xid"])  # the first run reads it all, once
     with open(os.path.join(node, "kernel.log"), "ab") as fh:
         fh.write(XID79.encode() + b"\n")
     tracemalloc.start()
-    report = run_checks(cfg, node="n1", only=["xid"])
+    report = check_node(cfg, node="n1", only=["xid"])
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert [r.code for r in by_check(report, "xid")] == ["XID79"]
@@ -115,7 +80,7 @@ def test_big_kernel_log_is_not_reread(tmp_path):
 
 
 def test_log_lines_are_parsed_inside_the_watchdog():
-    src = kernlog.LinesSource([XID79], "b", 100.0)
+    src = FileSource.of_lines([XID79], "b", 100.0)
     read = kernlog.safe_read(src, None, 5.0)
     assert read._events is not None  # parsed in the gatherer's thread, not after the deadline
     assert [e.code for e in read._events] == [79]
@@ -187,7 +152,7 @@ def test_unknown_scenario_key_is_an_error(tmp_path):
                                           "--config", str(tmp_path / "none.toml")])
     cfg = make_config(str(tmp_path))
     with pytest.raises(ConfigError) as err:
-        run_checks(cfg, simulate=path, node="n1")
+        check_node(cfg, simulate=path, node="n1")
     assert "temprature" in str(err.value)
     assert res.exit_code == 2
 
@@ -195,7 +160,7 @@ def test_unknown_scenario_key_is_an_error(tmp_path):
 def test_negative_temperature_and_ecc_from_the_tool_are_unknown(tmp_path):
     path = write_scenario(str(tmp_path), "neg", "[gpus.2]\ntemperature = -273\n"
                           "[gpus.4]\necc = [-1, 0]\n")
-    report = run_checks(make_config(str(tmp_path)), simulate=path, node="n1",
+    report = check_node(make_config(str(tmp_path)), simulate=path, node="n1",
                         only=["temperature", "ecc"])
     bad = {(r.check, r.status, r.device) for r in report.results if r.status != "ok"}
     assert ("temperature", "unknown", "gpu2") in bad and ("ecc", "unknown", "gpu4") in bad
@@ -208,9 +173,9 @@ def test_healthy_hooks_never_ask_slurm_and_publish_their_verdict(tmp_path):
     for hook in ("prolog", "epilog", "health"):
         done = run_hook(hook, config)
         assert done.returncode == 0, (hook, done.stderr)
-    from resilient_slurm.hooks import verdict
+    from resilient_slurm import verdict_file
 
-    rec = verdict.read_verdict(str(tmp_path / "root" / "verdicts" / "n1.json"))
+    rec = verdict_file.load(str(tmp_path / "root" / "verdicts" / "n1.json"))
     assert rec is not None and rec["status"] == "ok" and rec["healthy"]
     assert rec["source"] == "health" and rec["node"] == "n1" and rec["codes"] == []
     mode = os.stat(tmp_path / "root" / "verdicts" / "n1.json").st_mode & 0o777
@@ -264,14 +229,14 @@ def test_symlinked_state_dir_is_refused(tmp_path):
 
 def test_state_checks_and_unmapped_xids_never_hold(tmp_path):
     cfg = make_config(str(tmp_path))
-    thermal = run_checks(cfg, simulate="thermal-slowdown", node="n1")
+    thermal = check_node(cfg, simulate="thermal-slowdown", node="n1")
     assert thermal.status == "fail" and nodestate.hold_for(thermal) is None
     path = write_scenario(str(tmp_path), "unmapped", "[kernel_log]\nappend = ["
                           '"[86000.0] NVRM: Xid (PCI:0000:53:00): 999, pid=1, name=x, new"]\n')
-    unmapped = run_checks(cfg, simulate=path, node="n1", only=["xid"])
+    unmapped = check_node(cfg, simulate=path, node="n1", only=["xid"])
     (r,) = by_check(unmapped, "xid")
-    assert (r.status, r.action) == ("fail", "drain") and nodestate.hold_for(unmapped) is None
-    xid79 = run_checks(cfg, simulate="xid79", node="n1")
+    assert (r.status, r.action) == ("unknown", "drain") and nodestate.hold_for(unmapped) is None
+    xid79 = check_node(cfg, simulate="xid79", node="n1")
     assert nodestate.hold_for(xid79) is not None  # a mapped Xid does hold
 
 
@@ -285,7 +250,7 @@ def test_app_xids_from_one_job_do_not_drain_but_repeats_across_runs_do(tmp_path)
     def burst(n: int) -> object:
         with open(os.path.join(node, "kernel.log"), "a") as fh:
             fh.write(("[86000.0] " + xid13 + "\n") * n)
-        return run_checks(cfg, node="n1", only=["xid"])
+        return check_node(cfg, node="n1", only=["xid"])
 
     first = burst(3)
     assert first.status == "warn", [r.to_json() for r in first.results]
@@ -374,7 +339,7 @@ def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
     open(config, "w").write(text)
     scen = write_scenario(str(tmp_path / "s"), "slow", "[tools.dcgmi]\ndelay_s = 10\n")
     install_scenario(str(tmp_path / "root" / "nodes" / "n1"), scen)
-    mod = "resilient_slurm.hooks.entry"
+    mod = "resilient_slurm.healthcheck.hook"
     health = subprocess.Popen(
         [sys.executable, "-I", "-c", f"import sys; from {mod} import health_main; "
          f"sys.exit(health_main(['--config', {config!r}]))"],
@@ -399,16 +364,17 @@ def test_catalog_rows_and_nvlink5_severity_from_the_line():
         p = load_policy(gen, cfg)
         assert "training" in p.rule(136).meaning.lower()  # ALI_TRAINING_FAIL, not "(AWS table)"
         assert "initialization" in p.rule(143).meaning.lower()  # GPU_INIT_ERROR
-        assert p.rule(74).action == "drain"
+    for gen in ("ampere", "hopper"):  # catalog: Xid 74 applies to A100 and H100 only
+        assert load_policy(gen, cfg).rule(74).action == "reset_gpu"
     ctx = cl.LogContext(cfg, lambda g: load_policy(g, cfg), {"0000:04:00": (0, "blackwell")},
                         "blackwell")
-    line = "NVRM: Xid (PCI:0000:04:00): 145, RLW_REMAP {} XC0 i0 Link 00 (0x00000004 0x0)"
+    line = "NVRM: Xid (PCI:0000:04:00): 145, RLW_REMAP {} XC0 i0 Link 00 (0x00000004 0x{})"
     (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
-        kernlog.LogRecord(0, None, line.format("Nonfatal"))]), ctx)
+        kernlog.LogRecord(0, None, line.format("Nonfatal", "0"))]), ctx)
     assert (r.status, r.hold) == ("warn", False)
     (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
-        kernlog.LogRecord(0, None, line.format("Fatal"))]), ctx)
-    assert (r.status, r.action, r.hold) == ("fail", "drain", True)
+        kernlog.LogRecord(0, None, line.format("Fatal", "40"))]), ctx)
+    assert (r.status, r.action, r.hold) == ("fail", "reset_gpu", True)  # catalog decode row
 
 
 def test_health_program_yields_to_a_starting_job(tmp_path):

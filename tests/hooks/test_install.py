@@ -45,6 +45,22 @@ def test_group_writable_shim_is_flagged(tmp_path) -> None:
     assert any("writable by group or others" in p for p in install.check(str(prefix)))
 
 
+def test_shim_of_an_older_layout_is_flagged(tmp_path) -> None:
+    """A shim naming ``hooks.entry:health_main`` (gone: it closed an import cycle) is reported
+    by --check, not left to fail at the next health run."""
+    prefix = tmp_path / "root"
+    inst = install.install(str(prefix))
+    path = inst.shims["healthcheck"]
+    with open(path) as fh:
+        text = fh.read()
+    with open(path, "w") as fh:
+        fh.write(text.replace("resilient_slurm.healthcheck.hook", "resilient_slurm.hooks.entry"))
+    problems = install.check(str(prefix))
+    assert any("does not run resilient_slurm.healthcheck.hook:health_main" in p
+               for p in problems), problems
+    assert not any("prolog" in p and "does not run" in p for p in problems)
+
+
 def test_shim_runs_isolated_and_fails_cleanly_without_node(tmp_path) -> None:
     prefix = tmp_path / "root"
     inst = install.install(str(prefix))
@@ -70,3 +86,61 @@ def test_check_fails_on_nodes_no_profile_matches(tmp_path) -> None:
         fh.write("allow_unmatched_profile = true\n")  # the skeleton ends in [health]
     assert not [p for p in install.check(str(prefix), slurm_conf=str(conf))
                 if p.startswith("profiles")]
+
+
+def test_check_reports_a_pattern_naming_an_unknown_profile(tmp_path) -> None:
+    prefix = tmp_path / "root"
+    install.install(str(prefix), config_text="[health]\nprofile_patterns = "
+                                             "{ 'gpu-*' = 'p5.48xlarg' }\n")
+    res = CliRunner().invoke(main, ["install-hooks", "--prefix", str(prefix), "--check",
+                                    "--slurm-conf", str(tmp_path / "none.conf")])
+    assert res.exit_code == 1
+    line = next(x for x in res.output.splitlines() if "profile_patterns" in x)
+    assert line.startswith("FAIL") and "config.toml:2:" in line
+    assert "unknown profile 'p5.48xlarg' (did you mean 'p5.48xlarge'?)" in line
+
+
+def test_dry_run_prints_every_file_and_writes_nothing(tmp_path) -> None:
+    prefix = tmp_path / "root"
+    res = CliRunner().invoke(main, ["install-hooks", "--prefix", str(prefix), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert not prefix.exists()
+    inst = install.layout(str(prefix))
+    for path in [*inst.shims.values(), inst.config_path]:
+        assert f"--- {path} (mode 0" in res.output
+    assert "[hooks]" in res.output and "from resilient_slurm.prolog.hook import" in res.output
+    assert f"Prolog={inst.shims['prolog']}" in res.output
+
+
+def test_staging_root_keeps_final_paths(tmp_path) -> None:
+    stage = tmp_path / "pkgroot"
+    res = CliRunner().invoke(main, ["install-hooks", "--destdir", str(stage)])
+    assert res.exit_code == 0, res.output
+    staged = stage / "usr/libexec/resilient-slurm/prolog"
+    text = staged.read_text()
+    assert "'--config', '/etc/resilient-slurm/config.toml'" in text  # the final path
+    assert (stage / "etc/resilient-slurm/config.toml").is_file()
+    assert "Prolog=/usr/libexec/resilient-slurm/prolog" in res.output
+    assert f"wrote prolog shim: {staged}" in res.output
+
+
+def test_check_prints_a_line_per_check_and_compares_budgets(tmp_path) -> None:
+    prefix = tmp_path / "root"
+    install.install(str(prefix), config_text="[hooks]\nprolog_epilog_timeout_s = 300\n"
+                                             "epilog_budget_s = 200\n")
+    inst = install.layout(str(prefix))
+    conf = tmp_path / "slurm.conf"
+    lines = [x for x in inst.slurm_conf_lines(20) if not x.startswith("PrologEpilogTimeout")]
+    conf.write_text("\n".join([*lines, "PrologEpilogTimeout=120"]) + "\n")
+    res = CliRunner().invoke(main, ["install-hooks", "--prefix", str(prefix), "--check",
+                                    "--slurm-conf", str(conf)])
+    assert res.exit_code == 1
+    out = res.output.splitlines()
+    assert all(x.split()[0] in ("PASS", "FAIL", "WARN") for x in out[:-1]), res.output
+    assert "PASS  prolog shim: " in res.output and "PASS  slurm.conf PrologFlags: Alloc" in out
+    timeout = [x for x in out if x.startswith("FAIL  budgets vs PrologEpilogTimeout")]
+    assert any("PrologEpilogTimeout=120: set it to 120" in x for x in timeout)
+    assert any("(221 s" in x and "does not fit" in x for x in timeout)  # 200 + 2 x 8 + 5
+    assert "FAIL  budgets vs HealthCheckInterval: hooks.health_budget_s = 30 is longer than " \
+           "HealthCheckInterval=20" in res.output
+    assert out[-1].startswith("install-hooks --check: ") and out[-1].endswith("check(s) failed")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from resilient_slurm.healthcheck.model import Report, Result
@@ -24,8 +26,9 @@ LOST = Result("gpu", "fail", "GPU_LOST", "gpu3 lost", device="gpu3")
 HUNG = Result("dcgm_health", "unknown", "DCGMI_TIMEOUT", "dcgmi timed out")
 
 
-def decide(report: Report, node: Node = IDLE, streak: int = 0, **kw):  # type: ignore[no-untyped-def]
-    args = {"prefix": P, "resume_after": 3, "reboot_enabled": False, "may_resume": True}
+def decide(report: Report, node: Node = IDLE, streak: int = 0, **kw):
+    args: dict[str, Any] = {"prefix": P, "resume_after": 3, "reboot_enabled": False,
+                            "may_resume": True}
     args.update(kw)
     return ns.decide(report, node, streak, **args)
 

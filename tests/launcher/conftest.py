@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
+
+from tests.conftest import make_healthy_idle
+
+
+def _healthy_idle(sbx, job_user):
+    from resilient_slurm.slurm import connect
+
+    s = connect(conf=sbx.conf, backend="cli", timeout=20)
+    make_healthy_idle(sbx, s, 60)
+    return sbx, s, job_user
 
 
 @pytest.fixture()
-def clean(sandbox, slurm):  # type: ignore[no-untyped-def]
-    """Every node healthy and idle before a test."""
-    for n in slurm.nodes():
-        try:
-            from resilient_slurm.healthcheck.simulate import install_scenario
+def prod(prod_sandbox, job_user):
+    """(sandbox, root's Slurm handle, job user), every node healthy and idle."""
+    return _healthy_idle(prod_sandbox, job_user)
 
-            install_scenario(sandbox.node_dir(n.name), "clear")
-        except ImportError:
-            scen = os.path.join(sandbox.node_dir(n.name), "scenario.toml")
-            if os.path.exists(scen):
-                os.unlink(scen)
-        if n.drain or not n.available:
-            slurm.resume(n.name)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-            n.state == "IDLE" and not n.flags for n in slurm.nodes()):
-        time.sleep(0.3)
-    return sandbox
+
+@pytest.fixture()
+def prod6(prod6_sandbox, job_user):
+    """As ``prod``, on the 6-node production sandbox."""
+    return _healthy_idle(prod6_sandbox, job_user)

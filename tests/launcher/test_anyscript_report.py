@@ -8,11 +8,11 @@ from click.testing import CliRunner
 from resilient_slurm.launcher import cli, plan, report
 
 
-def ev(ts: float, kind: str, source: str = "launcher", **kw) -> dict:  # type: ignore[no-untyped-def]
+def ev(ts: float, kind: str, source: str = "launcher", **kw) -> dict:
     return {"ts": ts, "kind": kind, "source": source, **kw}
 
 
-def nd(ts: float, kind: str, node: str = "node1", **kw) -> dict:  # type: ignore[no-untyped-def]
+def nd(ts: float, kind: str, node: str = "node1", **kw) -> dict:
     return ev(ts, kind, "node", node=node, **kw)
 
 
@@ -100,7 +100,7 @@ def test_each_fault_is_handled_in_its_own_cycle() -> None:
     assert second.detected_s is not None and abs(second.detected_s - 5.6) < 1e-9
 
 
-def test_launch_needs_no_checkpoint_dir(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_launch_needs_no_checkpoint_dir(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,7 @@ from resilient_slurm.launcher.blame import NodeEvidence as E
 from resilient_slurm.slurm import Job, SlurmError
 
 
-def healthy(node: str, **kw) -> E:  # type: ignore[no-untyped-def]
+def healthy(node: str, **kw) -> E:
     return E(node=node, slurm_state="ALLOCATED", verdict="ok", started=True, exit_code=1, **kw)
 
 
@@ -49,7 +49,7 @@ def test_unknown_everywhere_is_not_a_node_problem() -> None:
     assert not blame.decide(evs, {}).strikes
 
 
-def test_ledger_roundtrip_and_progress(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_ledger_roundtrip_and_progress(tmp_path) -> None:
     led = ledger.load(str(tmp_path))
     assert led.cycles == 0 and led.best_step is None
     assert led.record_progress(None) is False and led.no_progress == 1
@@ -62,7 +62,7 @@ def test_ledger_roundtrip_and_progress(tmp_path) -> None:  # type: ignore[no-unt
     assert again == led and again.usable(["n1", "n2", "n3"]) == ["n1", "n2"]
 
 
-def test_corrupt_ledger_is_set_aside(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_ledger_is_set_aside(tmp_path) -> None:
     (tmp_path / "ledger.json").write_text("{nope")
     assert ledger.load(str(tmp_path)) == ledger.Ledger()
     assert (tmp_path / "ledger.json.corrupt").exists()
@@ -132,7 +132,7 @@ def test_a_cycle_never_blames_most_nodes() -> None:
     assert blame.decide([E("n1", "DOWN", started=True)], {}).nodes == ["n1"]  # at least one
 
 
-def test_ledger_belongs_to_one_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_ledger_belongs_to_one_job(tmp_path) -> None:
     led = ledger.load(str(tmp_path), 100)
     led.exclude("n3", "xid")
     led.strike("n2")

@@ -7,10 +7,10 @@ import os
 
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import cli, plan, report
+from resilient_slurm.launcher import cli, plan, report, report_cli
 
 
-def test_outside_allocation_is_exit_2(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_outside_allocation_is_exit_2(monkeypatch) -> None:
     for k in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
         monkeypatch.delenv(k, raising=False)
     res = CliRunner().invoke(cli.main, ["train.py", "--checkpoint-dir", "/tmp/x"])
@@ -19,7 +19,7 @@ def test_outside_allocation_is_exit_2(monkeypatch) -> None:  # type: ignore[no-u
     assert "Traceback" not in res.output
 
 
-def test_dry_run_prints_plan(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_prints_plan(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-3]")
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))  # no controller: still plans
@@ -43,14 +43,14 @@ def test_dry_run_prints_plan(tmp_path, monkeypatch) -> None:  # type: ignore[no-
     assert not os.path.exists(os.path.join(ckpt, ".resilient"))  # a dry run writes nothing
 
 
-def test_min_nodes_above_allocation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_min_nodes_above_allocation(monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
     res = CliRunner().invoke(cli.main, ["--min-nodes=3", "--checkpoint-dir=/tmp/x", "t.py"])
     assert res.exit_code == 2 and "--min-nodes 3 > 2" in res.output
 
 
-def ev(ts: float, kind: str, source: str = "launcher", **kw) -> dict:  # type: ignore[no-untyped-def]
+def ev(ts: float, kind: str, source: str = "launcher", **kw) -> dict:
     return {"ts": ts, "kind": kind, "source": source, **kw}
 
 
@@ -77,18 +77,19 @@ def test_report_faults_handlers_and_goodput() -> None:
     assert rep.faults[0].recovery_s == 1.5 and rep.faults[0].lost_steps == 1
     assert rep.faults[1].recovery_s == 2.5 and rep.faults[1].lost_steps == 0
     assert rep.final_step == 10 and rep.cycles == 2 and rep.verdict == "completed"
+    assert rep.productive_s is not None and rep.goodput is not None
     assert abs(rep.productive_s - 10.0) < 1e-6  # steps 1..10 once each, 1 s per step
     assert abs(rep.goodput - 10.0 / 17.5) < 1e-6
 
 
-def test_report_command_and_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_report_command_and_plot(tmp_path) -> None:
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS))
     png = tmp_path / "p.png"
-    res = CliRunner().invoke(report.report_command, [str(tmp_path), "--plot", str(png)])
+    res = CliRunner().invoke(report_cli.report_command, [str(tmp_path), "--plot", str(png)])
     assert res.exit_code == 0, res.output
     assert "handled by: elastic relaunch without n3" in res.output
     assert "goodput" in res.output and png.stat().st_size > 1000
-    res = CliRunner().invoke(report.report_command, [str(tmp_path), "--json"])
+    res = CliRunner().invoke(report_cli.report_command, [str(tmp_path), "--json"])
     assert json.loads(res.output)["final_step"] == 10
 
 
@@ -104,6 +105,7 @@ def test_report_hang_detection_time() -> None:
     ]
     (row,) = report.build(events).faults
     assert row.handled_by == "in-job restart (ft_launcher, missing heartbeats)"
+    assert row.detected_s is not None and row.recovery_s is not None
     assert abs(row.detected_s - 8.8) < 1e-9 and abs(row.recovery_s - 16.0) < 1e-9
     assert "detected after 8.8s; recovery 16.0s" in report.render(report.build(events), events)
     assert report.build(EVENTS).faults[0].detected_s is None

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import datetime
 import shutil
-import subprocess
+from pathlib import Path
 
 import pytest
 
 from resilient_slurm.launcher import inprocess_plan as ip
+from resilient_slurm.launcher import plan
 
-WITH_POLICY = """usage: ft_launcher [-h] [--nnodes NNODES]
-  --nnodes NNODES       Number of nodes, or the range of nodes in form
-                        <minimum_nodes>:<maximum_nodes>.
-  --ft-restart-policy {any-failed,min-healthy}
-"""
-WITHOUT_POLICY = """usage: ft_launcher [-h] [--nnodes NNODES]
-  --nnodes NNODES       Number of nodes, or the range of nodes in form
-                        <minimum_nodes>:<maximum_nodes>.
-"""
+DATA = Path(__file__).parent / "nvrx_output"  # real ft_launcher --help of each release
+
+
+def feats(version: str) -> plan.Features:
+    text = (DATA / version / "help.txt").read_text()
+    return plan.Features(plan.parse_help(text), version, frozenset(),
+                         plan.parse_restart_policies(text))
+
+
+V041, V060 = feats("0.4.1"), feats("0.6.0")
 
 
 def _ft_launcher() -> str | None:
@@ -32,34 +34,45 @@ def _ft_launcher() -> str | None:
 
 
 def test_level1_flags() -> None:
-    nnodes, extra = ip.ft_args(WITH_POLICY, 2, 3, heartbeat_timeout=60,
+    nnodes, extra = ip.ft_args(V041, 2, 3, heartbeat_timeout=60,
                                initial_heartbeat_timeout=300)
     assert nnodes == "2:3" and extra == ["--ft-restart-policy=min-healthy"]
+    assert V041.restart_policies == {"any-failed", "min-healthy"}
+    assert "never hot spares" in ip.level1_span(V041, 2, 3)
 
 
 @pytest.mark.train
-def test_installed_ft_launcher_is_read() -> None:
+def test_installed_ft_launcher_is_read(tmp_path, monkeypatch) -> None:
     exe = _ft_launcher()
     if exe is None:
         pytest.skip("ft_launcher not installed")
-    text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120).stdout
-    assert ip.restart_policy_supported(text) and ip.node_range_supported(text)
+    monkeypatch.setenv("RESILIENT_CACHE_DIR", str(tmp_path))
+    f = plan.detect_features(exe)
+    assert "--nnodes" in f.flags and "any-failed" in f.restart_policies
+    old = tuple(int(x) for x in f.version.split(".")[:2]) < (0, 6)
+    assert ("min-healthy" in f.restart_policies) == old  # dropped in NVRx 0.6
 
 
-def test_no_policy_is_a_clear_error() -> None:
-    with pytest.raises(ip.InprocessPlanError, match="min-healthy"):
-        ip.ft_args(WITHOUT_POLICY, 2, 3, 60, 300)
+def test_nvrx_06_refuses_with_a_clear_error() -> None:
+    """NVRx 0.6/0.7 accept only any-failed (and read MIN:N as hot spares): refused, saying
+    why and what to do."""
+    assert V060.restart_policies == {"any-failed"}
+    with pytest.raises(ip.InprocessPlanError) as err:
+        ip.ft_args(V060, 2, 3, 60, 300)
+    msg = str(err.value)
+    assert "min-healthy" in msg and "0.6.0" in msg and "hot spares" in msg
+    assert "Run without --inprocess" in msg
 
 
 @pytest.mark.parametrize("hb,initial", [(25, 300), (60, 29.9)])
 def test_heartbeat_must_exceed_level0_hard_timeout(hb: float, initial: float) -> None:
     with pytest.raises(ip.InprocessPlanError, match="hard timeout"):
-        ip.ft_args(WITH_POLICY, 2, 3, hb, initial, hard_timeout=20)
+        ip.ft_args(V041, 2, 3, hb, initial, hard_timeout=20)
 
 
 def test_min_nodes_range() -> None:
     with pytest.raises(ip.InprocessPlanError):
-        ip.ft_args(WITH_POLICY, 4, 3, 60, 300)
+        ip.ft_args(V041, 4, 3, 60, 300)
 
 
 def test_worker_env() -> None:
@@ -85,11 +98,9 @@ def test_store_host_serves_and_stops() -> None:
     assert host.proc is not None and host.proc.poll() is not None
 
 
-def _dry_env(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def _dry_env(tmp_path, monkeypatch) -> None:
     import os
     import sys
-
-    from resilient_slurm.launcher import plan
 
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-3]")
@@ -97,12 +108,11 @@ def _dry_env(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("RESILIENT_SANDBOX_DIR", str(tmp_path / "sbx"))
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep
                        + os.environ.get("PATH", ""))
-    flags = frozenset({"--ft-rank-heartbeat-timeout", "--local-addr", "--term-timeout"})
-    monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(flags, "0.4.1"))
+    monkeypatch.setattr(plan, "detect_features", lambda *_a: V041)
 
 
 @pytest.mark.train
-def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:
     from click.testing import CliRunner
 
     from resilient_slurm.launcher import cli
@@ -112,14 +122,40 @@ def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:  # type: 
     _dry_env(tmp_path, monkeypatch)
     res = CliRunner().invoke(cli.main, ["--dry-run", "--inprocess", "--min-nodes=2",
                                         "--checkpoint-dir", str(tmp_path / "ck"),
-                                        "train_fsdp.py", "--inprocess"])
+                                        "train_fsdp.py"])
     assert res.exit_code == 0, res.output
     srun = next(line for line in res.output.splitlines() if line.startswith("srun "))
     assert "--nnodes=2:3" in srun and "--ft-restart-policy=min-healthy" in srun
+    assert "in-process level 1: ft_launcher --nnodes=2:3" in res.output
+    assert "never hot spares" in res.output
+
+
+def test_dry_run_inprocess_on_nvrx_06_is_exit_2(tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from resilient_slurm.launcher import cli
+
+    _dry_env(tmp_path, monkeypatch)
+    monkeypatch.setattr(plan, "detect_features", lambda *_a: V060)
+    res = CliRunner().invoke(cli.main, ["--dry-run", "--inprocess", "--min-nodes=2",
+                                        "train_fsdp.py"])
+    assert res.exit_code == 2 and "min-healthy" in res.output and "Traceback" not in res.output
+
+
+def test_script_learns_inprocess_from_the_environment(monkeypatch) -> None:
+    """--inprocess given once (to resilient-launch) is enough: the example script turns it on
+    when the launcher hosts the in-process store (RESILIENT_INPROCESS_STORE)."""
+    pytest.importorskip("torch")
+    from resilient_slurm.sbatch import train_fsdp
+
+    monkeypatch.delenv("RESILIENT_INPROCESS_STORE", raising=False)
+    assert not train_fsdp.parse_args(["--checkpoint-dir", "/x"]).inprocess
+    monkeypatch.setenv("RESILIENT_INPROCESS_STORE", "10.0.0.1:4000")
+    assert train_fsdp.parse_args(["--checkpoint-dir", "/x"]).inprocess
 
 
 @pytest.mark.train
-def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> None:
     from click.testing import CliRunner
 
     from resilient_slurm.launcher import cli
@@ -136,7 +172,7 @@ def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> Non
 def test_report_names_level0() -> None:
     from resilient_slurm.launcher import report
 
-    def ev(ts: float, kind: str, source: str = "launcher", **kw):  # type: ignore[no-untyped-def]
+    def ev(ts: float, kind: str, source: str = "launcher", **kw):
         return {"ts": ts, "kind": kind, "source": source, **kw}
 
     events = [
@@ -161,7 +197,7 @@ def test_report_names_only_the_ranks_each_level0_restart_left_out() -> None:
     names only the ranks that restart newly left out (none for a hang after a shrink)."""
     from resilient_slurm.launcher import report
 
-    def ev(ts: float, kind: str, source: str = "training", **kw):  # type: ignore[no-untyped-def]
+    def ev(ts: float, kind: str, source: str = "training", **kw):
         return {"ts": ts, "kind": kind, "source": source, **kw}
 
     events = [

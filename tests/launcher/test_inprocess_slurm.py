@@ -5,9 +5,16 @@ the survivors shrink to 2 ranks from the peer copy, no new process); a second le
 below the minimum, so ft_launcher (level 1) restarts the workers from the disk checkpoint on
 all three nodes. The job completes in its first cycle, unrequeued, with the digest of an
 uninterrupted run, and the report names the level that handled each fault.
+
+That is NVRx 0.4.1-0.5.x. From 0.6 ft_launcher takes only ``--ft-restart-policy=any-failed``
+(and reads ``--nnodes MIN:MAX`` as hot spares), so level 1 cannot be wired and ``--inprocess``
+refuses by design (docs/inprocess.md, "On each NVRx release"): on those releases each test
+submits the same job and asserts that refusal, as the job sees it, instead of the recovery.
 """
 
 from __future__ import annotations
+
+from importlib.metadata import version
 
 import pytest
 
@@ -29,13 +36,33 @@ STEPS = 12
 # Level 1's heartbeat timeouts above level 0's hard timeout (20 s) + 10 s, as the plan requires.
 LAUNCH = ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
           "--initial-heartbeat-timeout=180"]
+NVRX = version("nvidia-resiliency-ext")
+REFUSED = tuple(int(x) for x in NVRX.split(".")[:2]) >= (0, 6)
 
 
-def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+def assert_refused(slurm, jid: int, tmp_path, state: str) -> None:
+    """NVRx >= 0.6: the job ends at once with resilient-launch's usage exit (2) and one line
+    naming the installed release, why, and the two ways on; nothing was started."""
+    job = wait_job(slurm, jid, timeout=180)
+    log = log_of(tmp_path, jid)
+    assert (job.state, job.exit_code, job.restart_count) == ("FAILED", 2, 0), log
+    (line,) = [ln for ln in log.splitlines() if ln.startswith("resilient-launch: error:")]
+    assert f"the installed {NVRX} has any-failed" in line, line
+    assert "--ft-restart-policy=min-healthy" in line and "hot spares" in line, line
+    assert "Run without --inprocess" in line, line
+    assert "'nvidia-resiliency-ext>=0.4.1,<0.6'" in line, line
+    assert "Traceback" not in log, log
+    assert not kinds(state, "cycle_start"), "refused before any ft_launcher ran"
+
+
+def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         LAUNCH,
         ["--inprocess", "--fault=sigkill@4@rank1", "--fault=sigkill@8@rank1"], steps=STEPS)
+    if REFUSED:
+        assert_refused(slurm, jid, tmp_path, state)
+        return
     digest = fault_free(3, STEPS, tmp_path)
     job = wait_job(slurm, jid, timeout=600)
     log = log_of(tmp_path, jid)
@@ -54,7 +81,7 @@ def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):  # typ
                               ("sigkill", "in-job restart (ft_launcher)")]
 
 
-def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp_path):
     """A node fault (node3's simulated GPU is lost and its rank dies; its NVRx monitor lives
     on) under --inprocess: level 0 leaves node3 out from memory, and when the health program
     drains node3 the launcher records it (``left_out``) instead of stopping the step for a
@@ -70,6 +97,9 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
         LAUNCH,
         ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@60@rank0"],
         ("--nodelist=node[1-3]",), steps=steps)
+    if REFUSED:
+        assert_refused(slurm, jid, tmp_path, state)
+        return
     digest = fault_free(3, steps, tmp_path)
     job = wait_job(slurm, jid, timeout=600)
     log = log_of(tmp_path, jid)

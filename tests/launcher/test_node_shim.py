@@ -39,7 +39,8 @@ LINE_06 = ("2026-12-01 01:51:02,705 [WARNING] [vm] [workload:?(0) infra:0(0)] "
 
 
 def test_hang_report_parses_the_nvrx_0_6_line() -> None:
-    assert hang_report(LINE_06) == {"rank": None, "heartbeat": "subsequent", "waited_s": 8.0}
+    assert hang_report(LINE_06) == {"rank": None, "heartbeat": "subsequent", "waited_s": 8.0,
+                                    "local_rank": 0}  # the monitor knows its local rank only
     ranked = LINE_06.replace("workload:?(0)", "workload:3(1)").replace("subsequent", "initial")
     assert hang_report(ranked) == {"rank": 3, "heartbeat": "initial", "waited_s": 8.0}
     other = LINE_06.replace("rank_monitor_server.py:497", "launcher.py:561")
@@ -94,3 +95,70 @@ def test_a_dead_worker_reported_every_interval_is_one_event(tmp_path) -> None:
     assert proc.returncode == 0 and proc.stderr.count("failed (exitcode: -9)") == 52
     got = [(e["kind"], e["pid"], e["signal"]) for e in read_events(str(events))]
     assert got == [("worker_failed", 9005, "SIGKILL"), ("worker_failed", 9011, "SIGKILL")]
+
+
+# A stand-in for ft_launcher with its signal handling (TERM only, like NVRx's): it reports
+# whether it starts with SIGUSR1 ignored and stops cleanly on SIGTERM.
+FT_LIKE = r"""
+import signal, sys, time
+mask = int(next(l for l in open("/proc/self/status") if l.startswith("SigIgn:")).split()[1], 16)
+print("usr1-ignored" if mask & (1 << (signal.SIGUSR1 - 1)) else "usr1-default", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), sys.exit(0)))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGUSR2"])
+def test_usr1_to_the_step_becomes_an_orderly_stop(tmp_path, sig) -> None:
+    """--signal=USR1@T without B: signals the step's tasks: neither the shim nor ft_launcher
+    may die of it; ft_launcher gets SIGTERM (its orderly stop: the ranks save) and the
+    supervisor a step_signal event (it requeues, as for B:USR1)."""
+    import signal
+    import time
+
+    events = tmp_path / "events.jsonl"
+    out = tmp_path / "child.out"
+    env = {**os.environ, "SLURMD_NODENAME": "node7", "RESILIENT_EVENTS_FILE": str(events)}
+    with open(out, "wb") as fh:
+        p = subprocess.Popen([sys.executable, "-m", "resilient_slurm.launcher.node",
+                              f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c",
+                              FT_LIKE], env=env, stdout=fh)
+    deadline = time.monotonic() + 30
+    while b"ready" not in out.read_bytes():
+        assert time.monotonic() < deadline and p.poll() is None, out.read_bytes()
+        time.sleep(0.05)
+    p.send_signal(getattr(signal, sig))
+    assert p.wait(timeout=30) == 0  # the child stopped on SIGTERM and exited 0
+    assert out.read_text().split() == ["usr1-ignored", "ready", "term"]
+    rec = json.loads((tmp_path / "rec" / "node7.json").read_text())
+    assert rec["rc"] == 0
+    started = json.loads((tmp_path / "rec" / "node7.started.json").read_text())
+    assert started["signal"] == sig
+    got = [e for e in read_events(str(events)) if e["kind"] == "step_signal"]
+    assert len(got) == 1 and got[0]["signal"] == sig and got[0]["node"] == "node7"
+
+
+SHOW_TMP = """
+import os, stat, sys, tempfile
+d = tempfile.gettempdir()
+st = os.stat(d)
+print(d, oct(stat.S_IMODE(st.st_mode)), st.st_uid == os.getuid())
+"""
+
+
+def test_cmd_gets_a_private_tmpdir_removed_when_it_ends(tmp_path) -> None:
+    """ft_launcher's IPC sockets live in TMPDIR under its pid: CMD gets a fresh 0700 directory
+    of its own there (never a shared /tmp where another user's stale socket may sit under a
+    reused pid), and it is gone once CMD ends."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n3"}
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.node", "--capture",
+            f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", SHOW_TMP]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "rec" / "n3.json").read_text())
+    where, mode, mine = record["stdout"].split()
+    assert os.path.dirname(where) == str(tmp_path)
+    assert os.path.basename(where).startswith("rs-step-77-n3-")
+    assert (mode, mine) == ("0o700", "True")
+    assert not os.path.exists(where)

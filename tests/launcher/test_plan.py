@@ -94,7 +94,7 @@ def test_rdzv_port_fresh_per_cycle_and_stable() -> None:
     assert plan.rdzv_id(a, 2) == "rs-7-r0-c2"
 
 
-def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_plan_cycle_srun_line(tmp_path) -> None:
     a = plan.Allocation(job_id=9, nodes=("node1", "node2", "node3"))
     cycle = plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041),
                           ["node1", "node2"], {"node1": "10.0.0.1", "node2": "10.0.0.2"}, 1,
@@ -112,6 +112,20 @@ def test_plan_cycle_srun_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
         plan.plan_cycle(a, plan.LaunchOptions(script="t.py"), feats(HELP_041), [], {}, 1, "d")
 
 
+def test_nodes_sharing_an_address_tell_nvrx_it_is_meant(tmp_path) -> None:
+    # NVRx 0.7 closes the rendezvous when two ft_launchers share an address (seen on the
+    # Slurm 26.05 stage, where the sandbox's nodes are all 127.0.0.1) unless told it is meant.
+    a = plan.Allocation(job_id=9, nodes=("node1", "node2", "node3"))
+    opts = plan.LaunchOptions(script="t.py")
+    shared = plan.plan_cycle(a, opts, feats(HELP_NEW), ["node1", "node2"],
+                             {"node1": "127.0.0.1", "node2": "127.0.0.1"}, 1, str(tmp_path))
+    assert dict(shared.env) == {"NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"}
+    for addrs in ({"node1": "10.0.0.1", "node2": "10.0.0.2"}, {"node1": "10.0.0.1"}, {}):
+        distinct = plan.plan_cycle(a, opts, feats(HELP_NEW), ["node1", "node2"], addrs, 1,
+                                   str(tmp_path))
+        assert distinct.env == (), addrs
+
+
 def test_node_shim_substitution() -> None:
     assert read_addrs("/nonexistent/addrs.json") == {}
     cmd = ["ft", "--local-addr={local_addr}", "--log-dir=/x/{node}", "s.py"]
@@ -120,7 +134,7 @@ def test_node_shim_substitution() -> None:
     assert substitute(cmd, "n2", "") == ["ft", "--log-dir=/x/n2", "s.py"]
 
 
-def test_node_shim_records_exit(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_node_shim_records_exit(tmp_path, monkeypatch) -> None:
     import json
     import sys
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import itertools
 
-from resilient_slurm.launcher.policy import Action, Phase, Signal, State, decide
+from resilient_slurm.launcher.policy import (
+    Action,
+    Phase,
+    Signal,
+    State,
+    Watched,
+    decide,
+    stop_reason,
+)
 
 GRID = itertools.product(Phase, Signal, range(4), range(1, 4), range(3), range(4), range(1, 4),
                          range(5), range(4))
@@ -47,9 +55,10 @@ def test_every_state() -> None:
 
 def test_reasons_say_why() -> None:
     d = decide(State(Phase.FAILED, Signal.NONE, usable=1, min_nodes=2, blamed=1,
-                     restart_count=1, max_requeues=1))
+                     requeues=1, max_requeues=1))
     assert d.action is Action.BUDGET
-    assert "budget spent (1/1)" in d.why and "< --min-nodes 2" in d.why
+    assert "budget spent (1/1" in d.why and "< --min-nodes 2" in d.why
+    assert "by the launcher" in d.why
 
 
 def test_prefer_requeue_never_relaunches_elastically() -> None:
@@ -66,3 +75,32 @@ def test_prefer_requeue_never_relaunches_elastically() -> None:
             assert pref is (Action.REQUEUE if restarts < maxrq else Action.BUDGET), p
         else:
             assert pref is plain, p
+
+
+# -- while a cycle runs: why the watch loop stops it (policy.stop_reason) ------------------
+
+SIGNALS = (Signal.NONE, Signal.TERM, Signal.USR1)
+SLOW: tuple[dict[str, str], ...] = ({}, {"n3": "slow: 2.0x median over 50 steps"})
+RESTARTS = ((0, None), (5, None), (2, 3), (3, 3), (4, 3))  # (spent, --max-restarts)
+FAULTS = ("", "node fault: n2: health verdict fail")
+
+
+def test_stop_reason_takes_the_first_reason_in_its_order_over_the_whole_grid() -> None:
+    for sig, slow, (spent, limit), fault in itertools.product(SIGNALS, SLOW, RESTARTS, FAULTS):
+        why = stop_reason(Watched(sig, slow, spent, limit, fault))
+        over = limit is not None and spent > limit
+        if sig is not Signal.NONE:
+            assert why == f"{sig.value} received"
+        elif slow:
+            assert why == "straggler: n3 slow: 2.0x median over 50 steps"
+        elif over:
+            assert why == (f"in-job restart budget spent: {spent} restarts of the job > "
+                           f"--max-restarts {limit}")
+        else:
+            assert why == fault  # "" (go on) when nothing stops the cycle
+
+
+def test_stop_reason_names_every_straggler_sorted() -> None:
+    why = stop_reason(Watched(stragglers={"n9": "slow b", "n1": "slow a"}))
+    assert why == "straggler: n1 slow a; n9 slow b"
+    assert stop_reason(Watched()) == ""

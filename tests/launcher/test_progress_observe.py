@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.launcher import observe, progress
 
 # Verbatim (NVRx 0.4.1, torch 2.13) from an ft_launcher run on this machine.
@@ -71,7 +71,7 @@ def touch(path: str, text: str = "") -> None:
     (["sess/0/iter_0000070_0_local.pt", "sess/0/iter_0000080_0_local.dirty.pt"], 70,
      "nvrx-local"),
 ])
-def test_newest_checkpoint_any_layout(tmp_path, files, step, layout) -> None:  # type: ignore[no-untyped-def]
+def test_newest_checkpoint_any_layout(tmp_path, files, step, layout) -> None:
     for f in files:
         name, _, text = f.partition(":")
         touch(str(tmp_path / name), text)
@@ -79,7 +79,7 @@ def test_newest_checkpoint_any_layout(tmp_path, files, step, layout) -> None:  #
     assert ck is not None and (ck.step, ck.layout) == (step, layout)
 
 
-def test_no_checkpoint_no_signal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_checkpoint_no_signal(tmp_path) -> None:
     touch(str(tmp_path / "ck" / "notes.txt"))
     assert progress.newest_checkpoint(str(tmp_path / "ck")) is None
     assert progress.newest_checkpoint(str(tmp_path / "missing")) is None
@@ -88,7 +88,7 @@ def test_no_checkpoint_no_signal(tmp_path) -> None:  # type: ignore[no-untyped-d
     assert p == progress.Progress(None, None) and not p.known
 
 
-def test_step_reports_and_checkpoints_combine(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_step_reports_and_checkpoints_combine(tmp_path, monkeypatch) -> None:
     events = str(tmp_path / "events.jsonl")
     touch(str(tmp_path / "ck" / "s_225" / ".metadata"))
     assert progress.observe(str(tmp_path / "ck"), events).step == 225
@@ -100,11 +100,11 @@ def test_step_reports_and_checkpoints_combine(tmp_path, monkeypatch) -> None:  #
     progress.report_step(400)  # only rank 0 reports
     p = progress.observe(str(tmp_path / "ck"), events)
     assert (p.step, p.source) == (229, "step reports")
-    EventLog(events, "launcher").emit("progress", step="x")  # junk is ignored
+    EventLog(events, "launcher").emit(EventKind.PROGRESS, step="x")  # junk is ignored
     assert progress.reported_step(events) == 229
 
 
-def test_report_step_outside_launcher_is_a_no_op(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_report_step_outside_launcher_is_a_no_op(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("RESILIENT_EVENTS_FILE", raising=False)
     progress.report_step(3)
     assert not list(tmp_path.iterdir())
@@ -119,13 +119,13 @@ def test_a_peers_connection_error_is_a_consequence() -> None:
     assert observe.parse_line(line) == ("peer_lost", {"rank": 0})
 
 
-def test_event_tail_reads_only_new_complete_lines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_event_tail_reads_only_new_complete_lines(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     log = EventLog(str(path), "node")
     tail = observe.EventTail(str(path), since=0)
     assert tail.read() == []  # no file yet
-    log.emit("rendezvous", round=0)
-    log.emit("progress", step=1)  # not an observation: skipped
+    log.emit(EventKind.RENDEZVOUS, round=0)
+    log.emit(EventKind.PROGRESS, step=1)  # not an observation: skipped
     assert [e["round"] for e in tail.read()] == [0]
     with open(path, "a") as fh:
         fh.write('{"kind": "rendezvous", "round": 1, "ts": "junk"}\n{"kind": "rendezv')
@@ -134,3 +134,20 @@ def test_event_tail_reads_only_new_complete_lines(tmp_path) -> None:  # type: ig
         fh.write('ous", "round": 2, "ts": 5}\n')
     assert [e["round"] for e in tail.read()] == [0, 2]
     assert observe.restarts_in_cycle(tail.read(), 0) == 1
+
+
+def test_event_tail_fresh_holds_every_kind_of_the_last_read_only(tmp_path) -> None:
+    """The one tail of the watch loop: the straggler monitor reads ``fresh`` (step_timing is
+    no watched kind), the node watch ``events``; nothing before ``since``."""
+    path = tmp_path / "events.jsonl"
+    log = EventLog(str(path), "node")
+    log.emit(EventKind.STEP_TIMING, ts=1.0, step=1)  # before the cycle
+    tail = observe.EventTail(str(path), since=2.0)
+    assert tail.read() == [] and tail.fresh == []
+    log.emit(EventKind.STEP_TIMING, ts=3.0, step=2)
+    log.emit(EventKind.RENDEZVOUS, ts=3.0, round=0)
+    tail.read()
+    assert [e["kind"] for e in tail.fresh] == ["step_timing", "rendezvous"]
+    assert [e["kind"] for e in tail.events] == ["rendezvous"]
+    tail.read()
+    assert tail.fresh == [] and len(tail.events) == 1

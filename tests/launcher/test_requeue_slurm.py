@@ -26,7 +26,7 @@ print(json.dumps({"requeued": res.requeued, "error": res.error}))
 """
 
 
-def _wait_running(slurm, job_id: int, timeout: float = 60):  # type: ignore[no-untyped-def]
+def _wait_running(slurm, job_id: int, timeout: float = 60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = slurm.job(job_id)
@@ -37,7 +37,7 @@ def _wait_running(slurm, job_id: int, timeout: float = 60):  # type: ignore[no-u
 
 
 def test_requeue_as_user_merges_users_exclude_and_never_holds(sandbox, slurm, job_user
-                                                              ) -> None:  # type: ignore[no-untyped-def]
+                                                              ) -> None:
     work = job_user.make_dir()
     sub = job_user.run(sandbox, ["sbatch", "--parsable", "-N1", "--exclude=node4", "--requeue",
                                  "--output=/dev/null", "--wrap", "sleep 600"], cwd=work,

@@ -10,14 +10,14 @@ import subprocess
 import sys
 import time
 
-from resilient_slurm.events import MAX_EVENT_BYTES, EventLog, read_events
+from resilient_slurm.events import MAX_EVENT_BYTES, EventKind, EventLog, read_events
 from resilient_slurm.launcher import evidence, plan
 from resilient_slurm.slurm.parse import _job_from_oneliner, parse_oneliner
 
 MAX_ARG_STRLEN = 128 * 1024  # Linux: one argv string may not exceed this
 
 
-def test_no_argv_string_carries_3000_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_argv_string_carries_3000_nodes(tmp_path) -> None:
     # Names that do not compress (every other number, mixed prefixes), as on a big cluster.
     nodes = [f"gpu-{r}-{i:05d}" for r in ("a", "b", "c") for i in range(0, 2 * 1500, 2)]
     a = plan.Allocation(job_id=9, nodes=tuple(nodes))
@@ -33,13 +33,13 @@ def test_no_argv_string_carries_3000_nodes(tmp_path) -> None:  # type: ignore[no
     assert files[nodefile].split() == nodes
 
 
-def test_oversized_event_stays_valid_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_oversized_event_stays_valid_json(tmp_path) -> None:
     p = str(tmp_path / "e.jsonl")
     log = EventLog(p, "launcher", job=7)
     nodes = [f"gpu-a-{i:05d}" for i in range(0, 12000, 2)]  # a cycle on 6,000 nodes
-    log.emit("cycle_start", cycle=1, nodes=nodes, argv=["srun", ",".join(nodes)],
+    log.emit(EventKind.CYCLE_START, cycle=1, nodes=nodes, argv=["srun", ",".join(nodes)],
              blamed={"n1": ["z"]})
-    log.emit("cycle_end", ok=True)
+    log.emit(EventKind.CYCLE_END, ok=True)
     raw = open(p, encoding="utf-8").read().splitlines()
     assert all(len(line.encode()) <= MAX_EVENT_BYTES for line in raw)
     got = list(read_events(p))
@@ -82,7 +82,7 @@ sys.exit(7 if n == 1 else 9)
 """
 
 
-def test_shim_started_record_and_signal_relayed_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_shim_started_record_and_signal_relayed_once(tmp_path) -> None:
     rec = tmp_path / "rec"
     env = {**os.environ, "SLURMD_NODENAME": "node5", "SLURM_STEP_ID": "3"}
     argv = [sys.executable, "-m", "resilient_slurm.launcher.node", f"--record-dir={rec}",
@@ -102,7 +102,7 @@ def test_shim_started_record_and_signal_relayed_once(tmp_path) -> None:  # type:
 
 
 def test_published_verdict_format_1() -> None:
-    from resilient_slurm.launcher import published
+    from resilient_slurm import verdict_file as published
 
     # docs/hooks.md's example, verbatim fields
     text = json.dumps({"format": 1, "node": "node3", "status": "fail", "healthy": False,

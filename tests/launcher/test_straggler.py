@@ -193,22 +193,6 @@ def test_property_one_slow_node_is_always_found_and_alone(base, nodes, slow, who
     assert judge(run(speeds), S).nodes == [f"n{who}"]
 
 
-def test_tail_reads_only_new_complete_lines(tmp_path) -> None:
-    from resilient_slurm.launcher.straggler import Tail
-
-    p = tmp_path / "ev.jsonl"
-    p.write_text('{"kind": "old"}\n')
-    t = Tail(str(p))
-    assert t.read() == []
-    with open(p, "a") as fh:
-        fh.write('{"kind": "a"}\nnot json\n[1]\n{"kind": "b"')
-    assert t.read() == [{"kind": "a"}]
-    with open(p, "a") as fh:
-        fh.write('}\n')
-    assert t.read() == [{"kind": "b"}]
-    assert Tail(str(tmp_path / "missing")).read() == []
-
-
 def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
     from resilient_slurm.launcher.straggler import Watch
 
@@ -262,34 +246,39 @@ def test_report_shows_node_speed_and_when_the_straggler_was_removed() -> None:
     assert render_speed(events[2:3], 100.0) == []
 
 
-def test_monitor_reads_new_events_and_reports_each_straggler_once(tmp_path) -> None:
+def test_monitor_reads_the_tails_new_events_and_reports_each_straggler_once(tmp_path) -> None:
     import json
 
+    from resilient_slurm.events import EventKind, EventLog
+    from resilient_slurm.launcher.observe import EventTail
     from resilient_slurm.launcher.straggler import Monitor
 
     p = tmp_path / "ev.jsonl"
-    p.write_text(json.dumps({"kind": "step_timing", "step": 10, "steps": 10,
-                             "nodes": {"a": {"compute_s": 9.0, "wait_s": 0.0},
-                                       "b": {"compute_s": 0.1, "wait_s": 0.0}}}) + "\n")
-    m = Monitor(Settings(factor=1.3, window=10), ["a", "b"], str(p))
-    assert m.check() == []  # what was there before the cycle is not this cycle's
-    line = {"kind": "step_timing", "step": 20, "steps": 10,
-            "nodes": {"a": {"compute_s": 0.1, "wait_s": 0.1},
-                      "b": {"compute_s": 0.3, "wait_s": 0.0}}}
-    with open(p, "a") as fh:
-        fh.write(json.dumps(line) + "\n")
-    (v,) = m.check()
+    log = EventLog(str(p), "t")
+    log.emit(EventKind.STEP_TIMING, step=10, steps=10,
+             nodes={"a": {"compute_s": 9.0, "wait_s": 0.0}, "b": {"compute_s": 0.1, "wait_s": 0.0}})
+    old = json.loads(p.read_text())["ts"]
+    tail = EventTail(str(p), since=old + 1e-3)  # the cycle started after that sample
+    m = Monitor(Settings(factor=1.3, window=10), ["a", "b"])
+    tail.read()
+    assert m.check(tail.fresh) == []  # what was there before the cycle is not this cycle's
+    line = {"step": 20, "steps": 10, "nodes": {"a": {"compute_s": 0.1, "wait_s": 0.1},
+                                               "b": {"compute_s": 0.3, "wait_s": 0.0}}}
+    log.emit(EventKind.STEP_TIMING, ts=old + 1, **line)
+    tail.read()
+    (v,) = m.check(tail.fresh)
     assert v.node == "b" and m.highest == pytest.approx(3.0)
-    with open(p, "a") as fh:
-        fh.write(json.dumps({**line, "step": 30}) + "\n")
-    assert m.check() == []
+    log.emit(EventKind.STEP_TIMING, ts=old + 2, **{**line, "step": 30})
+    tail.read()
+    assert m.check(tail.fresh) == []
 
 
 def test_stop_reason_prefers_requeue_and_cause() -> None:
-    from resilient_slurm.launcher.straggler import cause, prefers_requeue, stop_reason
+    from resilient_slurm.launcher.policy import Watched, stop_reason
+    from resilient_slurm.launcher.straggler import cause, prefers_requeue
 
     (v,) = judge(run([SLOW3] * 5), S).verdicts
-    assert stop_reason({"n3": v}) == "straggler: n3 " + v.evidence
+    assert stop_reason(Watched(stragglers={"n3": v.evidence})) == "straggler: n3 " + v.evidence
     req = Settings(policy="requeue")
     assert prefers_requeue(req, ["n3"], ["n3", "n1"])
     assert not prefers_requeue(req, ["n3"], ["n1"])  # the straggler was not blamed

@@ -26,7 +26,7 @@ STEPS, SLOW_FROM, WINDOW, EVERY = 40, 10, 20, 5
 
 
 def test_slow_node_is_blamed_within_the_window_and_training_goes_on_without_it(
-        slurm, clean, tmp_path):  # type: ignore[no-untyped-def]
+        slurm, clean, tmp_path):
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         ["--min-nodes=2", f"--straggler-window={WINDOW}", "--on-straggler=exclude"],

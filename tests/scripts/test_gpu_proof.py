@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "gpu-proof.sh")
 STEPS = ["budget", "install", "environment", "genconf", "health-check", "nvml-hang",
-         "train-reference", "train-faults", "stall-sync", "stall-async"]
+         "train-reference", "train-faults", "stall-sync", "stall-async", "memory-tiers"]
 
 
 def _dry(tmp_path, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:

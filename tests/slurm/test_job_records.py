@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from resilient_slurm.slurm.parse import _job_from_oneliner, job_records, parse_oneliner
 
 # What 22.05 printed for the hooks' hostile-name test job (name "x\nline2AAA"), cut short.
@@ -22,3 +25,17 @@ def test_one_record_per_job() -> None:
     two = "JobId=1 JobName=a JobState=RUNNING\nJobId=2 JobName=b JobState=PENDING\n"
     assert [parse_oneliner(r)["JobState"] for r in job_records(two)] == ["RUNNING", "PENDING"]
     assert job_records("") == []
+
+
+NAMES = st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True)
+
+
+@given(NAMES, NAMES)
+def test_partition_and_reservation_are_read(partition: str, reservation: str) -> None:
+    line = (f"JobId=7 JobName=j JobState=RUNNING Partition={partition} "
+            f"Reservation={reservation} NodeList=node1 BatchHost=node1")
+    job = _job_from_oneliner(parse_oneliner(line))
+    assert job.extra["partition"] == partition and job.extra["reservation"] == reservation
+    none = _job_from_oneliner(parse_oneliner(line.replace(f"Reservation={reservation}",
+                                                          "Reservation=(null)")))
+    assert "reservation" not in none.extra  # no reservation: the fit check asks for none

@@ -77,3 +77,20 @@ def test_not_root_is_a_clear_error(monkeypatch, tmp_path) -> None:
 def test_bad_node_count_is_usage_error(tmp_path) -> None:
     result = CliRunner().invoke(main, ["sandbox", "up", "--nodes", "0", "--dir", str(tmp_path)])
     assert result.exit_code == 2 and "--nodes" in result.output
+
+
+def test_sandboxes_start_at_job_ids_of_their_own() -> None:
+    """Side-by-side sandboxes (the test workers) share /dev/shm, where a job's memory tier lives
+    under its id: each directory starts at its own FirstJobId, unless the caller sets one."""
+    def conf(root: str, extra: list[str]) -> list[str]:
+        plan = cluster.Plan(nodes=["node1"], ctld_port=1, node_ports={"node1": 2},
+                            hostname="h", slurm_version="22.05.8", extra_conf=extra)
+        return [ln for ln in cluster.render_conf(Paths(root), plan).splitlines()
+                if ln.startswith("FirstJobId=")]
+
+    roots = [f"/tmp/rs-test-sbx-{i}" for i in range(8)]  # fixed: the figures are deterministic
+    firsts = {conf(r, [])[0] for r in roots}
+    assert len(firsts) == len(roots)
+    assert all(0 < int(f.split("=")[1]) < 67_043_328 for f in firsts)
+    assert conf(roots[0], []) == conf(roots[0], [])  # stable for one directory
+    assert conf(roots[0], ["FirstJobId=1"]) == ["FirstJobId=1"]

@@ -18,6 +18,7 @@ from resilient_slurm.sandbox.cluster import TIMINGS, Paths
 from resilient_slurm.sandbox.rpc import STATS_RPC, parse_sdiag
 
 from ..conftest import require_sandbox
+from .sandbox_helpers import env_of, show_config, show_job
 
 pytestmark = pytest.mark.slurm
 CLI = [sys.executable, "-m", "resilient_slurm.cli"]
@@ -36,33 +37,15 @@ def fault_sandbox() -> Iterator[Paths]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def env_of(paths: Paths) -> dict[str, str]:
-    return {**os.environ, "SLURM_CONF": paths.conf}
-
 
 def ping(paths: Paths) -> int:
     return subprocess.run(["scontrol", "ping"], env=env_of(paths), capture_output=True,
                           timeout=120).returncode
 
 
-def show_job(paths: Paths, job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=env_of(paths),
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
 
 
-def show_config(paths: Paths) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "config"], env=env_of(paths), capture_output=True,
-                         text=True, timeout=30, check=True).stdout
-    conf = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            conf[key.strip()] = value.strip()
-    return conf
-
-
-def wait_until(pred, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+def wait_until(pred, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
@@ -72,13 +55,13 @@ def wait_until(pred, timeout: float = 60.0):  # type: ignore[no-untyped-def]
     raise AssertionError(f"condition not met within {timeout}s")
 
 
-def submit_as_user(paths: Paths, job_user, *args: str) -> str:  # type: ignore[no-untyped-def]
+def submit_as_user(paths: Paths, job_user, *args: str) -> str:
     res = job_user.run(paths, ["sbatch", "--parsable", *args], capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip().split(";")[0]
 
 
-def running_and_pending(paths: Paths, job_user) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def running_and_pending(paths: Paths, job_user) -> tuple[str, str]:
     out = job_user.make_dir()
     running = submit_as_user(paths, job_user, "-N1", "-o", f"{out}/%j.out", "--wrap", "sleep 600")
     pending = submit_as_user(paths, job_user, "-N1", "--begin=now+3600", "-o", f"{out}/%j.out",
@@ -89,7 +72,7 @@ def running_and_pending(paths: Paths, job_user) -> tuple[str, str]:  # type: ign
 
 # -- 1. jobs as an ordinary user ------------------------------------------------------------
 
-def test_job_user_runs_batch_jobs_unprivileged(sandbox: Paths, job_user) -> None:  # type: ignore[no-untyped-def]
+def test_job_user_runs_batch_jobs_unprivileged(sandbox: Paths, job_user) -> None:
     user = lifecycle.job_user(sandbox.root)
     assert (user.name, user.uid) == (job_user.name, job_user.uid) and user.uid != 0
     for d in (user.work_dir, user.checkpoint_dir, user.state_dir):
@@ -109,7 +92,7 @@ def test_job_user_runs_batch_jobs_unprivileged(sandbox: Paths, job_user) -> None
     assert ckpt.st_uid == user.uid
 
 
-def test_make_dir_refuses_a_place_the_user_cannot_reach(job_user, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_make_dir_refuses_a_place_the_user_cannot_reach(job_user, tmp_path) -> None:
     from resilient_slurm.sandbox.cluster import SandboxError
 
     os.chmod(tmp_path, 0o700)
@@ -144,14 +127,15 @@ def test_prolog_epilog_timeout_is_what_install_advises() -> None:
 
 # -- 4. controller faults -------------------------------------------------------------------
 
-def test_controller_stall_20_then_serves_with_jobs_intact(fault_sandbox: Paths, job_user) -> None:  # type: ignore[no-untyped-def]
+def test_controller_stall_20_then_serves_with_jobs_intact(fault_sandbox: Paths, job_user) -> None:
     running, pending = running_and_pending(fault_sandbox, job_user)
     before = {j: show_job(fault_sandbox, j) for j in (running, pending)}
     start = time.monotonic()
     res = subprocess.run([*CLI, "sandbox", "controller", "stall", "20", "--background",
                           "--dir", fault_sandbox.root], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
-    pings = []  # (seconds since the stall began when the ping finished, its exit status)
+    # (seconds since the stall began when the ping finished, its exit status)
+    pings: list[tuple[float, int]] = []
     while not pings or pings[-1][1] != 0:
         rc = ping(fault_sandbox)
         pings.append((time.monotonic() - start, rc))
@@ -190,7 +174,7 @@ def test_stall_can_end_early(fault_sandbox: Paths) -> None:
     assert ping(fault_sandbox) == 0
 
 
-def test_controller_stop_start_keeps_running_and_pending_jobs(  # type: ignore[no-untyped-def]
+def test_controller_stop_start_keeps_running_and_pending_jobs(
         fault_sandbox: Paths, job_user) -> None:
     running, pending = running_and_pending(fault_sandbox, job_user)
     before = show_job(fault_sandbox, running)
@@ -212,7 +196,7 @@ def test_controller_stop_start_keeps_running_and_pending_jobs(  # type: ignore[n
 
 # -- 5. RPC counts --------------------------------------------------------------------------
 
-def test_rpc_window_counts_what_a_user_asked(fault_sandbox: Paths, job_user) -> None:  # type: ignore[no-untyped-def]
+def test_rpc_window_counts_what_a_user_asked(fault_sandbox: Paths, job_user) -> None:
     with lifecycle.rpc_window(fault_sandbox.root) as w:
         for _ in range(3):
             job_user.run(fault_sandbox, ["squeue"], capture_output=True, timeout=30, check=True)

@@ -57,7 +57,7 @@ def leftovers(paths: Paths, spare: set[int] = frozenset()) -> list[str]:  # type
 
 # -- 2. production privilege boundaries ----------------------------------------------------
 
-def test_user_job_cannot_read_kernel_logs_or_hook_state(sandbox: Paths, job_user) -> None:  # type: ignore[no-untyped-def]
+def test_user_job_cannot_read_kernel_logs_or_hook_state(sandbox: Paths, job_user) -> None:
     inst = layout(sandbox.root)
     hook_files = [*inst.shims.values(), inst.config_path]
     nodes = [f"node{i}" for i in range(1, 5)]
@@ -95,7 +95,7 @@ def test_user_job_cannot_read_kernel_logs_or_hook_state(sandbox: Paths, job_user
     assert sorted(lines[1:]) == sorted(f"{name}=denied" for name in probes)
 
 
-def test_privilege_check_names_what_is_too_open(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_privilege_check_names_what_is_too_open(tmp_path) -> None:
     paths = Paths(str(tmp_path))
     node = paths.node_dir("node1")
     os.makedirs(node)

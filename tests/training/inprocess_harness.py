@@ -105,9 +105,13 @@ def run_ft_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), agents: 
            "RESILIENT_EVENTS_FILE": str(events), "PYTHONUNBUFFERED": "1",
            "TORCH_CPP_LOG_LEVEL": "ERROR"}
     env.pop("RESILIENT_INPROCESS_PREFIX", None)
+    # Only killed ranks here (the monitor process sees them die): soft/hard timeouts well
+    # above a step on a loaded machine, so a slow step is never taken for a hang (seen with
+    # the 4 s default under a load of 12 on 2 cores: a second, false level-0 restart).
     train = [str(SCRIPT), "--inprocess", "--steps", str(steps),
              "--checkpoint-dir", str(workdir / "ckpt"), "--checkpoint-every", "4",
-             "--threads", "1", "--log-every", "5", "--pg-timeout", "60", *extra]
+             "--threads", "1", "--log-every", "5", "--pg-timeout", "60",
+             "--soft-timeout", "15", "--hard-timeout", "45", *extra]
     for f in faults:
         train += ["--fault", f]
     procs, logs = [], []

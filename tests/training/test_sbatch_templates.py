@@ -23,6 +23,7 @@ FAKES = {
             'exec "$@"\n',
     "scontrol": 'echo "scontrol $*" >> "$REC"\ncase "$1 $2" in\n'
                 '  "show hostnames") printf "node1\\nnode2\\n" ;;\n'
+                '  "show config") echo "KillWait                = ${FAKE_KILL_WAIT:-30} sec" ;;\n'
                 '  "show node") echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.${3#node} '
                 'NodeHostName=vm" ;;\nesac\n',
     "ft_launcher": 'for a in "$@"; do echo "ft_launcher: $a" >> "$REC"; done\n'
@@ -99,3 +100,16 @@ def test_resilient_template_passes_launcher_args(tmp_path) -> None:
     i = lines.index("resilient-launch: --min-nodes")
     assert lines[i + 1] == "resilient-launch: 2"
     assert lines.index("resilient-launch: /opt/train_fsdp.py") > i
+
+
+@pytest.mark.parametrize("kill_wait,lead,want", [("30", None, "90"), ("12", "200", "188"),
+                                                 ("300", None, "10"), ("junk", "60", "30")])
+def test_term_timeout_from_signal_lead_and_kill_wait(tmp_path, kill_wait, lead, want) -> None:
+    env = {"FAKE_KILL_WAIT": kill_wait, **({"SIGNAL_LEAD": lead} if lead else {})}
+    rc, recorded = _run(tmp_path, "fsdp.sbatch", [], extra_env=env)
+    lines = recorded.splitlines()
+    i = lines.index("resilient-launch: --term-timeout")
+    assert rc == 0 and lines[i + 1] == f"resilient-launch: {want}"
+    rc, recorded = _run(tmp_path, "fsdp.sbatch", [], extra_env={**env, "FT_TERM_TIMEOUT": "7"})
+    lines = recorded.splitlines()
+    assert lines[lines.index("resilient-launch: --term-timeout") + 1] == "resilient-launch: 7"

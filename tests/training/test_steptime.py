@@ -66,10 +66,15 @@ def test_collectives_count_as_wait_the_rest_as_compute(tmp_path, group) -> None:
         with timer.installed():
             assert dist.barrier is not barrier  # wrapped
             for step in (1, 2):
+                before = time.monotonic()
                 timer.start_step()
                 time.sleep(0.03)  # compute
                 dist.barrier()
-                assert timer.compute_so_far() == pytest.approx(0.03, abs=0.02)
+                compute = timer.compute_so_far()
+                total = time.monotonic() - before
+                # Bounds that hold on a loaded machine: at least the 30 ms of compute, and
+                # never the collective's 50 ms (the step's whole wall time less the wait).
+                assert 0.03 <= compute <= total - 0.05, (compute, total)
                 timer.end_step()
                 timer.maybe_report(step)
             dist.barrier(async_op=False)  # outside a step: not counted
@@ -80,11 +85,15 @@ def test_collectives_count_as_wait_the_rest_as_compute(tmp_path, group) -> None:
     assert event["step"] == 2 and event["steps"] == 2 and event["world_size"] == 1
     node = event["nodes"]["node7"]
     assert node["ranks"] == 1
-    assert node["compute_s"] == pytest.approx(0.03, abs=0.02)
-    assert node["wait_s"] == pytest.approx(0.05, abs=0.02)
+    # lower bounds only (a loaded machine stretches a sleep, never shortens it): the 30 ms of
+    # compute is compute, the collective's 50 ms is wait (a barrier counted as compute would
+    # leave wait near zero)
+    assert node["compute_s"] >= 0.03 - 1e-3 and node["wait_s"] >= 0.05 - 1e-3, node
     assert event["step_s"] == pytest.approx(node["compute_s"] + node["wait_s"], abs=1e-3)
-    assert event["timing"] == "sections" and 0 <= event["cost_s"] < 0.01
-    assert 0 < timer.cost_fraction() < 0.05
+    # the cost is measured and is a share of the step, not more than it: its figure is
+    # bench/straggler_noise.py's (cost_pct), a load-dependent bound here would test the machine
+    assert event["timing"] == "sections" and 0 <= event["cost_s"] <= event["step_s"]
+    assert 0 < timer.cost_fraction() < 1
 
 
 def test_disabled_timer_patches_and_emits_nothing(tmp_path, group) -> None:

@@ -195,3 +195,25 @@ def test_bad_targeted_fault_is_a_usage_error(tmp_path) -> None:
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "bad fault 'boom@3'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("ft_launcher", path=BIN) is None, reason="no ft_launcher")
+def test_adapted_heartbeat_timeout_finds_the_hang_early(tmp_path, reference) -> None:
+    """resilient-launch's RESILIENT_HEARTBEAT_FLOOR (no user heartbeat timeout): after 10 steps
+    the script sets NVRx's calculated timeout (here the 5 s floor) instead of the configured
+    60 s, so the hang at step 16 is found in seconds; the run still ends bitwise-equal."""
+    import re
+
+    ckpt = str(tmp_path / "ckpt")
+    env = {**_env(tmp_path), "RESILIENT_HEARTBEAT_FLOOR": "5"}
+    out = _run([os.path.join(BIN, "ft_launcher"), "--standalone", "--nproc-per-node", "2",
+                "--max-restarts", "2", "--monitor-interval", "0.5", "--term-timeout", "5",
+                "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "60",
+                "--ft-workload-check-interval", "0.25", "--ft-enable-nic-monitor=false",
+                SCRIPT, "--checkpoint-dir", ckpt, *TRAIN, "--fault", "hang@16@rank1"],
+               env, 420)
+    assert _digests(out) == [reference, reference], out[-3000:]
+    assert re.search(r"heartbeat timeout adapted to [\d.]+ s", out), out[-3000:]
+    waited = [float(x) for x in re.findall(r"Did not get subsequent heartbeat\. Waited ([\d.]+)",
+                                           out)]
+    assert waited and min(waited) < 30, out[-3000:]  # not the configured 60 s

@@ -1,0 +1,150 @@
+"""Node faults during a step, learnt cheaply and acted on only when the training agrees.
+
+The watch loop asks :meth:`NodeWatch.check` every ``state_check_interval`` seconds which nodes
+(if any) should stop the running step. What it reads, cheapest first:
+
+* the **published verdicts** (one file read per node, no RPC): a fresh ``fail`` is the hooks'
+  diagnosis and stops the step at once;
+* the **step's own failures**: trouble events the node shims wrote (a dead worker, a rank's
+  traceback or lost peer, a missed heartbeat, a worker-group restart);
+* **single-node queries** (``SlurmBackend.node``: REQUEST_NODE_INFO_SINGLE, never the whole
+  node table), for the step's nodes only, when new trouble appeared, while a node is flagged,
+  and otherwise every ``query_interval`` seconds (a slow cadence: drains the verdict files do
+  not show). A drain by our health hooks (``rhc:``) stops the step at once.
+
+A node Slurm calls NOT_RESPONDING, DOWN or FAIL is only **flagged**: a late slurmd ping or a
+controller stall says nothing about the training. It stops the step only once the training
+confirms it (``confirmed``): step reports exist and none came for ``confirm_s`` seconds, or,
+without step reports, trouble events arrived since (or up to ``confirm_s`` before) the node
+was flagged, or up to ``flag_lag_s`` before it when no rendezvous round completed since
+(``unrecovered_trouble``: Slurm flags a lost node only at its next ping). While steps advance
+it waits, however long the flag stays. Before anything stops the step the share-of-nodes cap
+applies: more bad nodes than ``blame.blame_cap`` allows is a shared fault (the controller,
+the network) and stops nothing.
+
+The full node table is read only after a cycle ended, for blame (``evidence.gather``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from resilient_slurm import verdict_file
+from resilient_slurm.events import EventKind
+from resilient_slurm.launcher import blame
+from resilient_slurm.slurm import SlurmBackend, SlurmError
+
+TROUBLE = frozenset({EventKind.WORKER_FAILED, EventKind.RANK_DISCONNECTED,
+                     EventKind.HANG_DETECTED, EventKind.PEER_LOST, EventKind.WORKER_EXCEPTION,
+                     EventKind.WORKER_RESTART})
+
+
+@dataclass(frozen=True)
+class Settings:
+    query_interval: float = 60.0  # single-node queries when nothing else asks for them
+    confirm_s: float = 60.0  # no step report for this long: the training has stopped advancing
+    max_share: float = 0.5  # blame.blame_cap's share: more bad nodes is a shared fault
+    # Slurm flags a lost node at its next ping (every SlurmdTimeout/3: 100 s by default):
+    # trouble this long before the flag that no rendezvous round followed confirms it too.
+    flag_lag_s: float = 130.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    stop: dict[str, str]  # nodes that stop the step now -> why
+    waiting: dict[str, str]  # flagged nodes the training does not confirm: node -> state
+    shared: str = ""  # more bad nodes than the cap: why nothing stops
+
+
+def unrecovered_trouble(events: Sequence[dict[str, Any]], after: float) -> bool:
+    """Trouble at ``after`` or later that the training never recovered from: no node joined
+    a rendezvous round since the newest trouble event (the survivors wait for, or gave up
+    on, a node whose agent is gone)."""
+    last = max((float(e.get("ts", 0)) for e in events if e.get("kind") in TROUBLE),
+               default=None)
+    if last is None or last < after:
+        return False
+    return not any(e.get("kind") == EventKind.RENDEZVOUS and float(e.get("ts", 0)) > last
+                   for e in events)
+
+
+class NodeWatch:
+    """One cycle's node watch (see the module doc); ``clock`` is time.monotonic's stand-in."""
+
+    def __init__(self, slurm: SlurmBackend, nodes: Sequence[str], since: float,
+                 verdict_path: str, cfg: Settings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.slurm, self.nodes, self.since = slurm, list(nodes), since
+        self.verdict_path, self.cfg, self.clock = verdict_path, cfg, clock
+        self.last_query = clock()
+        self.trouble_seen = 0
+        self.flagged: dict[str, tuple[float, str]] = {}  # node -> (wall time flagged, state)
+
+    def _verdict_fails(self) -> list[str]:
+        failed = []
+        for n in self.nodes if self.verdict_path else []:
+            v = verdict_file.read(verdict_file.path_for(self.verdict_path, n))
+            if v is not None and v.status == blame.FAIL and v.ts >= self.since:
+                failed.append(n)
+        return failed
+
+    def _query(self) -> list[str]:
+        """One single-node query per node: hook-drained nodes (returned) and flags (kept)."""
+        self.last_query = self.clock()
+        drained = []
+        for n in self.nodes:
+            try:
+                node = self.slurm.node(n)
+            except SlurmError:
+                continue  # unknown now: neither flagged nor cleared
+            words = {node.state, *node.flags}
+            if "DRAIN" in node.flags and node.reason.startswith(blame.HOOK_PREFIX):
+                drained.append(n)
+            if words & blame.BAD_STATES:
+                state = "+".join([node.state, *sorted(node.flags)])
+                self.flagged[n] = (self.flagged.get(n, (time.time(), ""))[0], state)
+            else:
+                self.flagged.pop(n, None)
+        return drained
+
+    def confirmed(self, node: str, events: Sequence[dict[str, Any]],
+                  last_progress: float | None, now: float | None = None) -> bool:
+        """Does the training confirm that flagged ``node`` is lost (see the module doc)?"""
+        now = time.time() if now is None else now
+        if last_progress is not None and last_progress >= self.since:
+            return now - last_progress >= self.cfg.confirm_s
+        # Trouble shortly before the flag counts too: the ranks notice a lost peer at once,
+        # the controller only at its next ping.
+        after = self.flagged.get(node, (now, ""))[0] - self.cfg.confirm_s
+        if any(e.get("kind") in TROUBLE and float(e.get("ts", 0)) >= after for e in events):
+            return True
+        flagged_at = self.flagged.get(node, (now, ""))[0]
+        return unrecovered_trouble(events, flagged_at - self.cfg.flag_lag_s)
+
+    def check(self, events: Sequence[dict[str, Any]],
+              last_progress: float | None = None) -> Finding:
+        """What stops the step now; ``events``: this cycle's watched events (oldest first),
+        ``last_progress``: the newest step report's time (None: no report this cycle)."""
+        bad: dict[str, str] = {n: "health verdict fail" for n in self._verdict_fails()}
+        trouble = sum(1 for e in events if e.get("kind") in TROUBLE)
+        if trouble > self.trouble_seen or self.flagged \
+                or self.clock() - self.last_query >= self.cfg.query_interval:
+            self.trouble_seen = trouble
+            for n in self._query():
+                bad.setdefault(n, "drained by health hook")
+        waiting = {}
+        for n, (_, state) in sorted(self.flagged.items()):
+            if n in bad:
+                continue
+            if self.confirmed(n, events, last_progress):
+                bad[n] = f"slurm state {state}, and the training stopped advancing"
+            else:
+                waiting[n] = state
+        cap = blame.blame_cap(len(self.nodes), self.cfg.max_share)
+        if len(bad) > cap:
+            return Finding({}, waiting, f"{len(bad)} of {len(self.nodes)} nodes look bad (more "
+                                        f"than {cap}): a shared fault, the step goes on")
+        return Finding(dict(sorted(bad.items())), waiting)

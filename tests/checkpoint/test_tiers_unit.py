@@ -1,0 +1,46 @@
+"""Tiers' contracts that need no process group."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from resilient_slurm.checkpoint import flat, tiers  # noqa: E402
+
+
+def test_close_at_exit_gives_up_on_a_stuck_save(tmp_path) -> None:
+    """A save whose peer exchange never ends (a dead peer) must not hold an exiting process
+    back: close(timeout_s) returns False after the timeout instead of waiting forever."""
+    t = tiers.Tiers(root=str(tmp_path))
+    stop = threading.Event()
+    t._thread = threading.Thread(target=stop.wait, daemon=True)  # a writer stuck in a send
+    t._thread.start()
+    t._last = tiers._Job(1, 1, flat.Stager().stage({"w": torch.ones(2)}))  # never done
+    t._ready = True
+    t0 = time.monotonic()
+    assert t.close(timeout_s=0.6) is False
+    assert time.monotonic() - t0 < 3
+    stop.set()
+
+
+def test_bad_options_and_no_process_group_are_said(tmp_path) -> None:
+    with pytest.raises(ValueError, match="durable_every needs durable_dir"):
+        tiers.Tiers(durable_every=5)
+    with pytest.raises(ValueError, match="keep"):
+        tiers.Tiers(keep=0)
+    with pytest.raises(tiers.CheckpointError, match="init_process_group"):
+        tiers.Tiers(root=str(tmp_path)).save({"w": torch.ones(1)}, 1)
+
+
+def test_node_placeholder_and_job_name(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RESILIENT_NODE", "node7")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.delenv("RESILIENT_CKPT_JOB", raising=False)
+    t = tiers.Tiers(root=str(tmp_path / "{node}"))
+    assert t.job_dir == str(tmp_path / "node7" / "4242")
+    monkeypatch.setenv("SLURM_JOB_ID", "../etc")  # not a plain name: never a path
+    assert tiers.default_job() != "../etc"

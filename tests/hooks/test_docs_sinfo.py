@@ -1,0 +1,39 @@
+"""docs/demo.md's ``sinfo -R`` excerpt is what Slurm shows for our drain on the real sandbox."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL
+
+from ..conftest import wait_until
+from .conftest import fault, restore
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _documented() -> tuple[str, str]:
+    lines = (ROOT / "docs" / "demo.md").read_text().splitlines()
+    i = lines.index("$ sinfo -R")
+    return lines[i + 1], lines[i + 2]
+
+
+def test_sinfo_r_shows_the_documented_drain(sandbox, slurm) -> None:
+    header, row = _documented()
+    reason, user = row[:20].rstrip(), row[21:30].rstrip()
+    fault(sandbox, "node1", "xid79")
+    try:
+        wait_until(lambda: slurm.node("node1").drain, timeout=2 * HEALTH_INTERVAL + 5)
+        out = subprocess.run(["sinfo", "-R"], env={"SLURM_CONF": sandbox.conf,
+                                                    "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        lines = out.splitlines()
+        assert lines[0].split() == header.split()
+        mine = [x for x in lines[1:] if x.split()[-1] == "node1"]
+        assert mine and mine[0][:20].rstrip() == reason and mine[0][21:30].rstrip() == user, out
+    finally:
+        restore(sandbox, slurm, "node1")

@@ -1,0 +1,56 @@
+"""The prolog and the HealthCheckProgram each write their own metrics file: a prolog run after
+a health run leaves every one of the health program's series in place."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from resilient_slurm.healthcheck.simulate import install_scenario
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hooks run as root")
+
+
+def _hook(func: str, config: Path) -> subprocess.CompletedProcess[str]:
+    mod, fn = func.split(":")
+    code = f"import sys; from {mod} import {fn}; sys.exit({fn}(['--config', {str(config)!r}]))"
+    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          env={"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7"}, timeout=120,
+                          cwd="/")
+
+
+def _series(path: Path) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    return {(s.name, tuple(sorted(s.labels.items())))
+            for f in text_string_to_metric_families(path.read_text()) for s in f.samples
+            if "timestamp" not in s.name and "duration" not in s.name}
+
+
+def test_prolog_keeps_the_health_programs_series(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    install_scenario(str(root / "nodes" / "n1"), "clear")
+    config = root / "config.toml"
+    config.write_text(
+        f'[hooks]\nstate_dir = "{root}/nodes/{{node}}/hooks"\nevents_file = "{root}/ev.jsonl"\n'
+        f'metrics_file = "{root}/prom/rhc.prom"\nslurm_bin_dir = "/nonexistent"\n'
+        'slurm_conf = "/nonexistent/slurm.conf"\n'
+        "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"
+        f'[health]\nstate_dir = "{root}/nodes/{{node}}/health"\n'
+        f'simulate = "{root}/nodes/{{node}}/scenario.toml"\nprofile = "p5.48xlarge"\n'
+        "watchdog_s = 10\n")
+    os.chmod(config, 0o644)
+    _hook("resilient_slurm.healthcheck.hook:health_main", config)
+    health = root / "prom" / "rhc.prom"
+    before = _series(health)
+    assert len(before) >= 19
+    _hook("resilient_slurm.prolog.hook:prolog_main", config)
+    prolog = root / "prom" / "rhc.prolog.prom"
+    assert _series(health) == before  # all of the health program's series are still there
+    assert {dict(labels)["source"] for _, labels in _series(prolog)} == {"prolog"}
+    assert not _series(prolog) & before  # node_exporter never sees one series twice

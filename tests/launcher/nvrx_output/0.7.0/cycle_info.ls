@@ -1,0 +1,7 @@
+total 20
+drwxr-xr-x 2 root root 4096 Dec  1 11:20 .
+drwxr-xr-x 3 root root 4096 Dec  1 11:20 ..
+-rw-r--r-- 1 root root  291 Dec  1 11:20 cycle_info.4242.0.0
+-rw-r--r-- 1 root root  291 Dec  1 11:20 cycle_info.4242.0.1
+-rw-r--r-- 1 root root  291 Dec  1 11:20 cycle_info.4242.0.2
+lrwxrwxrwx 1 root root   19 Dec  1 11:20 cycle_info.4242.current -> cycle_info.4242.0.2

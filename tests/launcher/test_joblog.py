@@ -1,0 +1,89 @@
+"""The job log's launcher lines (launcher/joblog.py): one per fault with its in-job restart and
+recovery time, one per blame, exclusion, stop; from the node shims' real NVRx output."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from nvrx_output_helpers import VERSIONS, events_of  # type: ignore[import-not-found]
+
+from resilient_slurm.events import EventKind, read_events
+from resilient_slurm.launcher import joblog
+
+
+def log_in(tmp_path: Path, max_restarts: int | None = 3) -> tuple[joblog.JobLog, io.StringIO]:
+    out = io.StringIO()
+    return joblog.JobLog(str(tmp_path / "events.jsonl"), "launcher", max_restarts, out=out,
+                         job=7), out
+
+
+def test_fault_restart_resumed_line(tmp_path: Path) -> None:
+    log, out = log_in(tmp_path)
+    ev: list[dict[str, object]] = [
+        {"kind": "rendezvous", "ts": 1.0, "node": "node1", "round": 0},
+        {"kind": "rendezvous", "ts": 1.0, "node": "node4", "round": 0},
+        {"kind": "worker_failed", "ts": 10.0, "node": "node4", "local_rank": 2,
+         "exitcode": -9, "signal": "SIGKILL"},
+        {"kind": "worker_failed", "ts": 10.2, "node": "node1", "local_rank": 0,
+         "exitcode": 1, "signal": None},
+    ]
+    log.watch(ev, 0.0)
+    assert out.getvalue() == ""
+    ev += [{"kind": "rendezvous", "ts": 12.0, "node": n, "round": 1} for n in ("node1", "node4")]
+    log.watch(ev, 0.0)
+    ev.append({"kind": "first_heartbeat", "ts": 17.7, "node": "node4", "rank": 2})
+    ev.append({"kind": "first_heartbeat", "ts": 17.9, "node": "node1", "rank": 0})
+    log.watch(ev, 0.0)
+    assert out.getvalue().splitlines() == [
+        "resilient-launch: fault node4 local rank 2 SIGKILL -> in-job restart 1/3, "
+        "resumed in 7.7 s"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_nvrx_output_one_line_per_fault(tmp_path: Path, version: str) -> None:
+    log, out = log_in(tmp_path)
+    log.wait_for_resume = joblog.reports_first_heartbeat(version)
+    assert log.wait_for_resume == (version == "0.4.1")
+    ev = events_of(version)
+    log.watch(ev, 0.0)
+    log.flush()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "-> in-job restart 1/3" in lines[0] and "-> in-job restart 2/3" in lines[1]
+    assert "exception" in lines[0] or "exit 1" in lines[0]
+    assert "SIGKILL" in lines[1]
+
+
+def test_launcher_events_and_stop_flush(tmp_path: Path) -> None:
+    log, out = log_in(tmp_path, 2)
+    ev = [{"kind": "worker_exception", "ts": 5.0, "node": "node2", "rank": 1}]
+    log.watch(ev, 0.0)
+    log.emit(EventKind.STOP_CYCLE, reason="in-job restart budget spent: 3 restarts of the job "
+                                          "> --max-restarts 2")
+    log.emit(EventKind.STOP_CYCLE, signalled=False, reason="no task")  # not a stop line
+    log.emit(EventKind.BLAME, cycle=1, blamed={"node3": ["drained rhc:XID79"]})
+    log.emit(EventKind.EXCLUDE, node="node3", mode="elastic", reason=["drained rhc:XID79"])
+    log.emit(EventKind.BLAME, cycle=2, blamed=None, shared_fault=None)
+    assert out.getvalue().splitlines() == [
+        "resilient-launch: fault node2 rank 1 exception",
+        "resilient-launch: stopping the cycle: in-job restart budget spent: 3 restarts of the "
+        "job > --max-restarts 2",
+        "resilient-launch: blame: node3 (drained rhc:XID79)",
+        "resilient-launch: exclude node3 (elastic): drained rhc:XID79",
+        "resilient-launch: blame: no node at fault"]
+    assert [e["kind"] for e in read_events(log.path)] == [
+        "stop_cycle", "stop_cycle", "blame", "exclude", "blame"]
+
+
+def test_hang_is_the_cause_not_the_kill_that_follows() -> None:
+    faults = [{"kind": "hang_detected", "node": "node2", "rank": 1, "ts": 3.0},
+              {"kind": "worker_failed", "node": "node2", "local_rank": 0, "signal": "SIGKILL"},
+              {"kind": "worker_exception", "node": "node1", "rank": 0}]
+    assert joblog.describe_fault(joblog.cause(faults) or {}) == \
+        "node2 rank 1 hang (missing heartbeats)"
+    peer = [{"kind": "worker_exception", "node": "node1", "rank": 0},
+            {"kind": "peer_lost", "node": "node1", "rank": 0},
+            {"kind": "worker_exception", "node": "node2", "rank": 1}]
+    assert joblog.describe_fault(joblog.cause(peer) or {}) == "node2 rank 1 exception"
