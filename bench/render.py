@@ -4,24 +4,15 @@ projection's inputs, and the charts (step over time per mechanism, the cost curv
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 from curve_metrics import CURVE_METRICS, metric  # noqa: F401 - run_all reads them here
+from mechanisms import INPROCESS, PROCESS, REF, RL, RL_FREE, SPARE, by_mech, tier_figure
+from plan_inputs import DELTA_ASSUMED_S, plan_inputs
 
-REF = "srun-torchrun"
-RL = "resilient-launch"
-RL_FREE = "resilient-launch (no faults)"
-INPROCESS = "resilient-launch --inprocess"
-SPARE = "resilient-launch + tiers + 1 spare"
 SPARE_NODE_BOUND_S = 15.0  # issue 26: a node fault with a spare in < 15 s, 0 lost steps
 TIER_COST_BOUND = 0.05  # issue 26: the tiers cost <= 5% of the fault-free step time
-PROCESS = ("exception", "sigkill")
-DELTA_ASSUMED_S = 30.0  # checkpoint cost of a large model's save to training (an assumption)
-STEP_S_ASSUMED = 5.0  # a training step at 16,384 GPUs (memory tiers' lost work; assumed)
-SPARES_AT_SCALE = 4  # hot spares a 2,048-node job would hold (assumed; the bench holds 1)
-REPAIR_H_ASSUMED = 4.0  # a faulted node is back in the spare pool after this (assumed)
 
 
 def load(out: Path) -> dict[str, dict[str, Any]]:
@@ -41,10 +32,6 @@ def load(out: Path) -> dict[str, dict[str, Any]]:
 def fmt_faults(r: dict[str, Any]) -> str:
     return ", ".join(f"{f['type']}: " + (f"{f['recovery_s']:.0f}s" if f["recovery_s"] is not None
                                          else "never") for f in r["faults"]) or "-"
-
-
-def by_mech(sec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {r["mechanism"]: r for r in sec["runs"]}
 
 
 def compare_md(name: str, sec: dict[str, Any]) -> list[str]:
@@ -180,116 +167,6 @@ def spare_targets(sp: dict[str, Any] | None, free: dict[str, Any] | None,
                 f"{cost:+.1%} ({mine * 1e3:.0f} ms against {ref * 1e3:.0f} ms)",
                 "met": cost is not None and cost <= TIER_COST_BOUND})
     return out
-
-
-def tier_figure(sp: dict[str, Any], free: dict[str, Any] | None,
-                measured: dict[str, Any] | None) -> tuple[float | None, Any, Any, str]:
-    """The tiers' per-step cost of the spare row: ``measured`` (run_figures.tier_cost, over the
-    window both runs trained in) when there, else the two runs' whole-run medians; (cost, the
-    row's step, the fault-free step, how it was taken)."""
-    if measured:
-        how = (f"median step over the {measured['window_s']:g} s both trained in, "
-               f"{measured['steps'][0]} and {measured['steps'][1]} steps")
-        return (float(measured["cost"]), measured["with_tiers_median_s"],
-                measured["fault_free_median_s"], how)
-    mine, ref = sp.get("step_s_median"), (free or {}).get("step_s_median")
-    return (mine / ref - 1 if mine and ref else None), mine, ref, "median step, same run"
-
-
-def fault_class(f: dict[str, Any]) -> str:
-    return "process" if f["type"] in PROCESS else str(f["type"])
-
-
-def recovery_by_class(r: dict[str, Any]) -> dict[str, float] | None:
-    """Mean fault -> resumed training per fault class; None when a fault was never recovered."""
-    got: dict[str, list[float]] = {}
-    for f in r["faults"]:
-        if f["recovery_s"] is None:
-            return None
-        got.setdefault(fault_class(f), []).append(float(f["recovery_s"]))
-    return {c: statistics.mean(v) for c, v in got.items()}
-
-
-def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Per-fault costs for ``resilient-slurm plan`` from the headline comparison (production,
-    sparse, else whichever exists), the cost curve's per-node slope for resilient-launch."""
-    name = next((n for n in ("compare-production-sparse", "compare-production-dense",
-                             "compare-fast-sparse", "compare-fast-dense") if n in parts), None)
-    if name is None:
-        return None
-    sec = parts[name]
-    hb = sec["settings"]["heartbeat_timeout_s"]
-    mechs: dict[str, Any] = {}
-    notes = []
-    for r in sec["runs"]:
-        if r["mechanism"] in (REF, RL_FREE):
-            continue
-        rec = recovery_by_class(r)
-        if rec is None or set(rec) != {"node", "process", "hang"}:
-            notes.append(f"{r['mechanism']}: a fault class never recovered or missing; left out")
-            continue
-        lost = lost_by_class(r)
-        mechs[r["mechanism"]] = {c: {"base_s": round(v, 1), "lost_steps": lost.get(c)}
-                                 for c, v in rec.items()}
-        if r["mechanism"] == "baseline":
-            slow = dict(rec, hang=rec["hang"] + (1800 - hb))
-            mechs["baseline (torch default timeout)"] = {
-                c: {"base_s": round(v, 1)} for c, v in slow.items()}
-    curve = parts.get("cost-curve")
-    pts = sorted((curve or {}).get("points", []), key=lambda p: p["nodes"])
-    small = next((p for p in pts if metric(p, "in-allocation", "fault_to_resumed_s")), None)
-    if RL in mechs and small is not None:
-        hi = float((small.get("timing") or {}).get("health_interval") or 30)
-        extra = max(0.0, 30.0 - hi)  # production's HealthCheckInterval is 30 s
-        cost = float(metric(small, "in-allocation", "fault_to_resumed_s") or 0) + extra
-        mechs[f"{RL} (node faults in-allocation)"] = {**mechs[RL], "node": {"base_s": round(
-            cost, 1)}}  # its lost work: not measured there (half an interval)
-        notes.append(f"'{RL} (node faults in-allocation)': node faults recovered by an elastic "
-                     f"relaunch without the node (--min-nodes below the job's size): the cost "
-                     f"curve's {small['nodes']}-node figure + {extra:g} s (production's 30 s "
-                     "health interval against the curve's)")
-    if pts:
-        notes.append("costs held constant with job size for every mechanism: the cost curve's "
-                     "growth on one 2-core host is process start-up sharing the cores, which a "
-                     "cluster's nodes do in parallel, so it is not extrapolated")
-    options: dict[str, Any] = {}
-    sp, free = by_mech(sec).get(SPARE), by_mech(sec).get(RL_FREE)
-    if SPARE in mechs and RL in mechs and sp:
-        cost = tier_figure(sp, free, (sec.get("tier_cost") or {}).get(SPARE))[0]
-        tier = None if cost is None else max(0.0, cost)
-        if tier is None and parts.get("tiers"):
-            tier = float(parts["tiers"]["overhead"])
-        options[SPARE] = {
-            "memory_tiers": True, "tier_cost": round(tier or 0.0, 4), "spares": SPARES_AT_SCALE,
-            "fallback": RL, "unmeasured": [
-                f"{SPARES_AT_SCALE} spares at scale, a faulted node back after "
-                f"{REPAIR_H_ASSUMED:g} h", f"step time at scale {STEP_S_ASSUMED:g} s"]
-            + ([] if tier is not None else ["tier cost"])}
-        stall = ((parts.get("checkpointing") or {}).get("stall") or {}).get("overhead_ratio")
-        if stall:  # its durable tier is an async save: what training pays of a sync one
-            options[SPARE]["delta_s"] = round(DELTA_ASSUMED_S * float(stall), 2)
-            notes.append(f"'{SPARE}': its durable save is asynchronous (tier 3): delta "
-                         f"{DELTA_ASSUMED_S:g} s x {float(stall):.1%}, the async/sync stall "
-                         "ratio bench/ckpt_bench.py measured (loop overhead included)")
-        notes.append(f"'{SPARE}': tier cost {tier or 0:.1%} = its median step against "
-                     f"'{RL_FREE}''s while both trained (CPU, this machine); the spare's "
-                     f"node-fault cost and lost steps are the run's; {SPARES_AT_SCALE} spares and "
-                     f"{REPAIR_H_ASSUMED:g} h repair at scale are assumed")
-    return {"source": f"bench/results/{name}.json ({sec.get('started', '?')})",
-            "delta_s": DELTA_ASSUMED_S, "delta_note": "assumed, not measured",
-            "mechanisms": mechs, "notes": notes, "options": options,
-            "interval_steps": int(sec["workload"]["checkpoint_every"]),
-            "step_s": STEP_S_ASSUMED, "repair_h": REPAIR_H_ASSUMED if options else None}
-
-
-def lost_by_class(r: dict[str, Any]) -> dict[str, float]:
-    """Mean steps lost per fault of each class (the newest state resumed from against the
-    highest step reached before the fault)."""
-    got: dict[str, list[float]] = {}
-    for f in r["faults"]:
-        if f.get("lost_steps") is not None:
-            got.setdefault(fault_class(f), []).append(float(f["lost_steps"]))
-    return {c: round(statistics.mean(v), 2) for c, v in got.items()}
 
 
 def curve_md(sec: dict[str, Any]) -> list[str]:

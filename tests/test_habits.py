@@ -76,10 +76,11 @@ MAX_LINES = 400  # the before-stop check: split a product module rather than gro
 
 
 def long_modules(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
-    """Product modules (every ``.py`` under the folders ``package-dir`` maps) over ``limit``
-    lines, as ``path: lines``."""
+    """Product modules (every ``.py`` under the folders ``package-dir`` maps, and the
+    benchmark's and the scripts' own) over ``limit`` lines, as ``path: lines``."""
     with open(root / "pyproject.toml", "rb") as fh:
         folders = set(tomllib.load(fh)["tool"]["setuptools"]["package-dir"].values())
+    folders |= {f for f in ("bench", "scripts") if (root / f).is_dir()}
     out = []
     for folder in sorted(folders):
         for path in sorted((root / folder).rglob("*.py")):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import plan_inputs  # noqa: E402
 import render  # noqa: E402
 
 
@@ -140,7 +141,7 @@ def test_plan_inputs_lost_steps_and_the_spare_rows_options(tmp_path) -> None:
     assert inp["mechanisms"]["resilient-launch"]["node"]["lost_steps"] == 12.0
     o = inp["options"][render.SPARE]
     assert o["memory_tiers"] and o["tier_cost"] == 0.05 and o["fallback"] == "resilient-launch"
-    assert o["spares"] == render.SPARES_AT_SCALE and o["unmeasured"]
+    assert o["spares"] == plan_inputs.SPARES_AT_SCALE and o["unmeasured"]
     (tmp_path / "compare-production-sparse.json").write_text(json.dumps(sec))
     sec["runs"][-1]["swap"] = {"fault_to_blame_s": 30.0, "blame_to_cycle_start_s": 10.0,  # type: ignore[index]
                                "cycle_start_to_first_step_s": 12.5, "total_s": 52.5}
