@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -37,6 +37,30 @@ def leaves(state: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     elif isinstance(state, (list, tuple)):
         for i, v in enumerate(state):
             out += leaves(v, f"{prefix}/{i}")
+    return out
+
+
+def layout(state: Any, prefix: str = "") -> dict[str, tuple[str, int, list[int]]]:
+    """How each DTensor of ``state`` is laid out, by path name: ``("shard", dim, global
+    shape)``, ``("replicate", -1, shape)`` or ``("other", -1, shape)`` (several mesh
+    dimensions or a partial placement: restorable on the same world size only). Plain
+    tensors are absent. Saved with a snapshot, so a smaller or larger world can merge the
+    shards (:func:`fill_resharded`)."""
+    out: dict[str, tuple[str, int, list[int]]] = {}
+    if isinstance(state, DTensor):
+        pl = state.placements
+        kind, dim = "other", -1
+        if len(pl) == 1 and isinstance(pl[0], Shard):
+            kind, dim = "shard", int(pl[0].dim)
+        elif len(pl) == 1 and isinstance(pl[0], Replicate):
+            kind = "replicate"
+        out[prefix] = (kind, dim, list(state.shape))
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            out.update(layout(v, f"{prefix}/{k}"))
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            out.update(layout(v, f"{prefix}/{i}"))
     return out
 
 
@@ -113,8 +137,8 @@ class Stager:
             if n:
                 buf[o:o + n].view(t.dtype).view(shape).copy_(t.detach(), non_blocking=cuda)
         refs = {name: _Ref(i) for i, (name, _) in enumerate(tensors)}
-        header = pickle.dumps({"skeleton": _replace(state, refs), "tensors": table},
-                              protocol=pickle.HIGHEST_PROTOCOL)
+        header = pickle.dumps({"skeleton": _replace(state, refs), "tensors": table,
+                               "layout": layout(state)}, protocol=pickle.HIGHEST_PROTOCOL)
         head = struct.pack("<Q", len(header)) + header
         prefix = head + b"\0" * (_align(len(head)) - len(head))
         event = None
@@ -127,6 +151,11 @@ class Stager:
 def unpack(blob: bytearray | bytes) -> Any:
     """The state a packed snapshot holds (tensors are copies). Trusted input: written by
     this job (the skeleton is unpickled)."""
+    return unpack_with_layout(blob)[0]
+
+
+def unpack_with_layout(blob: bytearray | bytes) -> tuple[Any, dict[str, Any]]:
+    """``(state, layout)``: :func:`unpack` and the saved :func:`layout` of its DTensors."""
     (hlen,) = struct.unpack_from("<Q", blob, 0)
     header = pickle.loads(bytes(blob[8:8 + hlen]))  # noqa: S301 - our own snapshot
     base = _align(8 + hlen)
@@ -139,7 +168,7 @@ def unpack(blob: bytearray | bytes) -> Any:
         else:
             t = torch.empty(0, dtype=dt)
         tensors.append(t.view(shape))
-    return _fill_refs(header["skeleton"], tensors)
+    return _fill_refs(header["skeleton"], tensors), dict(header.get("layout", {}))
 
 
 def _fill_refs(x: Any, tensors: list[torch.Tensor]) -> Any:
@@ -178,3 +207,50 @@ def fill(target: Any, saved: Any, prefix: str = "") -> Any:
             target[i] = fill(target[i], v, f"{prefix}/{i}")
         return target
     return saved
+
+
+def fill_resharded(target: Any, parts: list[tuple[Any, dict[str, Any]]], rank: int) -> Any:
+    """Fill ``target`` (this rank's state dict on the new world) in place from every rank's
+    snapshot of another world size (``parts[r]``: old rank ``r``'s :func:`unpack_with_layout`).
+    A sharded tensor is merged along its shard dimension (checked against the saved global
+    shape) and this rank's piece of it is cut the way the target's own placement cuts it;
+    plain tensors and other values come from old rank ``rank``'s snapshot when there was one,
+    else from old rank 0's. Raises :class:`ShapeMismatch` for a layout it cannot merge."""
+    own = parts[rank][0] if rank < len(parts) else parts[0][0]
+    return _fill_merged(target, own, [p[0] for p in parts], parts[0][1], "")
+
+
+def _fill_merged(target: Any, own: Any, subs: list[Any], lay: dict[str, Any],
+                 prefix: str) -> Any:
+    """``own``: this rank's value at ``prefix``; ``subs``: every old rank's value there."""
+    if isinstance(target, DTensor):
+        kind, dim, shape = lay.get(prefix, ("plain", -1, None))
+        if kind == "shard":
+            full = torch.cat(subs, dim=dim)
+            if list(full.shape) != list(shape) or list(full.shape) != list(target.shape):
+                raise ShapeMismatch(f"{prefix}: merged shape {list(full.shape)}, saved "
+                                    f"{shape}, target {list(target.shape)}")
+            piece = distribute_tensor(full, target.device_mesh, target.placements,
+                                      src_data_rank=None).to_local()
+        elif kind == "replicate":
+            piece = subs[0]
+        else:
+            raise ShapeMismatch(f"{prefix}: a {kind} layout cannot be resharded")
+        return fill(target, piece, prefix)
+    if isinstance(target, torch.Tensor):
+        return fill(target, own, prefix)
+    if isinstance(target, dict) and isinstance(own, dict):
+        for k in own:
+            if k in target and all(isinstance(x, dict) and k in x for x in subs):
+                target[k] = _fill_merged(target[k], own[k], [x[k] for x in subs], lay,
+                                         f"{prefix}/{k}")
+            else:
+                target[k] = own[k]
+        return target
+    if (isinstance(target, list) and isinstance(own, list) and len(target) == len(own)
+            and all(isinstance(x, list) and len(x) == len(own) for x in subs)):
+        for i in range(len(own)):
+            target[i] = _fill_merged(target[i], own[i], [x[i] for x in subs], lay,
+                                     f"{prefix}/{i}")
+        return target
+    return own

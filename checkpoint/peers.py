@@ -145,6 +145,34 @@ def choose(holdings: list[list[Holding]], world: int) -> int | None:
     return max(full, default=None)
 
 
+def choose_other(holdings: list[list[Holding]], world: int) -> tuple[int, int] | None:
+    """``(step, world size)`` of the newest complete set of snapshots taken on another world
+    size (every owner of that world readable by some rank), or None: what a shrunk or grown
+    world reshards from when it has nothing newer of its own size."""
+    owners: dict[tuple[int, int], set[int]] = {}
+    for held in holdings:
+        for owner, step, w in held:
+            if w != world:
+                owners.setdefault((step, w), set()).add(owner)
+    full = [(s, w) for (s, w), o in owners.items() if o >= set(range(w))]
+    return max(full, default=None)
+
+
+def holder(holdings: list[list[Holding]], key: Holding) -> int:
+    """The lowest rank that can read snapshot ``key``."""
+    return next(r for r, held in enumerate(holdings) if key in held)
+
+
+def broadcast(group: dist.ProcessGroup, src: int, blob: bytearray | None) -> bytearray:
+    """``blob`` from global rank ``src`` to every rank of ``group`` (collective)."""
+    head = torch.tensor([len(blob) if blob is not None else 0], dtype=torch.int64)
+    dist.broadcast(head, src, group=group)
+    out = blob if blob is not None else bytearray(int(head[0]))
+    if out:
+        dist.broadcast(_u8(out), src, group=group)
+    return out
+
+
 def plan(holdings: list[list[Holding]], step: int, world: int) -> list[tuple[int, int]]:
     """``(sender, receiver)`` transfers so every rank gets its own owner's snapshot of
     ``step``: from the lowest rank that holds it, only where the rank lacks it."""

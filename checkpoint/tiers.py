@@ -293,9 +293,14 @@ class Tiers:
         holdings: list[list[peers.Holding]] = [[(int(h[0]), int(h[1]), int(h[2])) for h in g]
                                              for g in gathered]
         mem_step = peers.choose(holdings, self.world)
+        other = peers.choose_other(holdings, self.world)
         commit: list[Any] = [self.durable.latest() if self.durable and self.rank == 0 else None]
         dist.broadcast_object_list(commit, src=0)
         disk = commit[0]
+        newest = max([s for s in (mem_step, disk.step if disk is not None else None)
+                      if s is not None], default=None)
+        if other is not None and (newest is None or other[0] > newest):
+            return self._load_resharded(state_dict, snaps, holdings, *other, disk)
         if disk is not None and (mem_step is None or disk.step > mem_step):
             assert self.durable is not None
             store.drop_after(self.job_dir, disk.step)
@@ -324,6 +329,48 @@ class Tiers:
         self.last_load = {"step": mem_step, "tier": tier,
                           "durable_step": None if disk is None else disk.step}
         return mem_step
+
+    def _load_resharded(self, state_dict: Any, snaps: dict[Any, store.Snapshot],
+                        holdings: list[list[peers.Holding]], step: int, old_world: int,
+                        disk: Any) -> int:
+        """Collective: every rank gets every old rank's snapshot of ``step`` (each sent once,
+        by the lowest rank that holds it, to all) and cuts its own shards from the merged
+        state. Each rank holds the whole old world's state meanwhile: the in-memory shrink
+        path's price (the durable tier reshards without it)."""
+        parts = []
+        for owner in range(old_world):
+            key = (owner, step, old_world)
+            src = peers.holder(holdings, key)
+            blob = store.read(snaps[key]) if self.rank == src else None
+            if self.rank == src and blob is None:
+                raise CheckpointError(f"snapshot of rank {owner} step {step} vanished")
+            parts.append(flat.unpack_with_layout(peers.broadcast(self.group, src, blob)))
+        store.drop_after(self.job_dir, step)
+        try:
+            flat.fill_resharded(state_dict, parts, self.rank)
+        except flat.ShapeMismatch as exc:
+            raise CheckpointError(f"rank {self.rank}: cannot reshard step {step} from "
+                                  f"{old_world} ranks: {exc}") from exc
+        self.last_load = {"step": step, "tier": f"memory, resharded from {old_world} ranks",
+                          "resharded_from": old_world,
+                          "durable_step": None if disk is None else disk.step}
+        return step
+
+    def reset(self, timeout_s: float = 10.0) -> bool:
+        """Forget the process groups (an in-process restart rebuilt them): the writer stops
+        (its pending exchange failed with the old group's sockets), and the next ``save`` or
+        ``load`` sets up on the new default group. The snapshots stay: they are the state
+        the restarted iteration resumes from. False when the old writer did not stop within
+        ``timeout_s`` (it is left behind, a daemon with its own queue)."""
+        stopped = True
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            stopped = not self._thread.is_alive()
+        self._ready, self._thread, self._error, self._last = False, None, None, None
+        self._queue = queue.Queue()
+        self._recv, self.memory, self.durable = None, None, None
+        return stopped
 
     # -- reporting and shutdown -------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

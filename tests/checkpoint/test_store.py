@@ -158,3 +158,26 @@ def test_without_a_checksum_a_torn_file_is_still_never_listed(tmp_path) -> None:
     assert store.scan(job) == []
     store.write(job, 0, 2, 1, blob, crc=store.NO_CRC)  # a peer copy of an unchecksummed one
     assert [s.step for s in store.scan(job)] == [2]
+
+
+holding = st.tuples(st.integers(0, 3), st.integers(1, 6), st.integers(1, 4))
+
+
+@given(st.lists(st.lists(holding, max_size=12), min_size=1, max_size=4), st.integers(1, 4))
+@settings(max_examples=300, deadline=None)
+def test_choose_other_is_the_newest_complete_set_of_another_world(held, world) -> None:
+    """What a shrunk (or grown) world reshards from: the newest (step, world size) != ``world``
+    whose every owner 0..W-1 some rank holds; never a set with an owner missing."""
+    got = peers.choose_other(held, world)
+    owners: dict[tuple[int, int], set[int]] = {}
+    for h in held:
+        for owner, step, w in h:
+            owners.setdefault((step, w), set()).add(owner)
+    complete = [k for k, o in owners.items() if k[1] != world and set(range(k[1])) <= o]
+    assert got == (max(complete) if complete else None)
+    if got is not None:
+        step, w = got
+        for owner in range(w):
+            src = peers.holder(held, (owner, step, w))
+            assert (owner, step, w) in held[src]
+            assert all((owner, step, w) not in held[r] for r in range(src))

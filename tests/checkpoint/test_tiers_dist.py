@@ -84,6 +84,30 @@ def test_with_no_memory_left_the_durable_tier_serves(tmp_path, reference) -> Non
 
 
 @pytest.mark.train
+def test_a_smaller_world_reshards_from_node_memory(tmp_path) -> None:
+    """Three ranks on nodes a, b, c stop after step 6; node c is gone and the job goes on with
+    two ranks (a shrink). No disk checkpoint at all: the memory tiers' world-3 set (rank 2's
+    copy on node a) is merged and cut onto two ranks. The weights equal those of the same
+    shrink restored by DCP's own resharding from a durable save of step 6."""
+    ref_root = str(tmp_path / "ref")
+    on_nodes(ref_root, ["a", "b", "c"], [*STEPS, "--exit-after", "6", "--durable-every", "6"])
+    for node in ("a", "b", "c"):
+        shutil.rmtree(os.path.join(ref_root, node))
+    ref = on_nodes(ref_root, ["a", "b"], STEPS)
+    assert sorted(starts(ref)) == [(0, 6, "durable"), (1, 6, "durable")]
+    root = str(tmp_path / "mem")
+    on_nodes(root, ["a", "b", "c"], [*STEPS, "--exit-after", "6"])
+    shutil.rmtree(os.path.join(root, "c"))
+    out = on_nodes(root, ["a", "b"], STEPS)
+    tier = "memory, resharded from 3 ranks"
+    assert sorted(starts(out)) == [(0, 6, tier), (1, 6, tier)]
+    assert digest(out) == digest(ref)
+    for node in ("a", "b"):  # the world-2 run's own snapshots replace the world-3 ones
+        held = {(s.owner, s.step, s.world) for s in store.scan(os.path.join(root, node, "job"))}
+        assert {(o, st) for o, st, w in held if w == 2} == {(0, 9), (0, 10), (1, 9), (1, 10)}
+
+
+@pytest.mark.train
 @pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ft_launcher")), reason="no ft_launcher")
 def test_sigkill_under_ft_launcher_resumes_from_the_step_it_died_at(tmp_path) -> None:
     """No durable checkpoint at all: rank 1 is SIGKILLed during step 7 (steps 1-6 done), the
