@@ -239,7 +239,8 @@ def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lo
         env["RESILIENT_LAUNCH_ARGS"] += f" --verdict-path {verdicts}"
     env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
     memory = ""
-    if mech in SPARES:  # the sandbox's nodes share this host's /dev/shm: a folder per node
+    if mech in SPARES or mech == INPROCESS:  # memory tiers (--inprocess keeps its state
+        # there too); the sandbox's nodes share this host's /dev/shm: a folder per node
         memory = env["RESILIENT_TIER1_DIR"] = os.path.join(d, "shm", "{node}")
     t = time.time()
     jid = c.submit_as_user(script, train_args(wl, ckpt, faults, mech, hb),

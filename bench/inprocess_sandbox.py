@@ -47,7 +47,9 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
     ckpt = os.path.join(d, "ckpt")
     env = {**harness.resilient_env(40.0, min_nodes=2), "PYTHON": str(harness.BIN / "python"),
            "TRAIN_SCRIPT": str(harness.REPO / "sbatch" / "train_fsdp.py"),
-           "FT_INITIAL_HB_TIMEOUT": "180"}
+           "FT_INITIAL_HB_TIMEOUT": "180",
+           # the memory tiers: a folder per simulated node (they share this host's /dev/shm)
+           "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}")}
     env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
     args = ["--inprocess", "--soft-timeout", f"{SOFT:g}", "--hard-timeout", f"{HARD:g}",
             "--steps", str(STEPS), "--checkpoint-dir", ckpt, "--checkpoint-every", "5",

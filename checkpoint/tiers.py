@@ -51,6 +51,36 @@ def default_job() -> str:
     return "local"
 
 
+NODE_STAMP = ".node"  # the node a job's memory folder belongs to
+
+
+def _claim(job_dir: str, node: str) -> str:
+    """Stamp ``job_dir`` with this node's name, or check the stamp ("" or why not). Two nodes
+    writing one folder (simulated nodes on one host without ``{node}`` in
+    ``RESILIENT_TIER1_DIR``, or a shared file system given as node memory) would overwrite
+    each other's snapshots: a peer's copy has the same path as its owner's own."""
+    path = os.path.join(job_dir, NODE_STAMP)
+    tmp = f"{path}.{os.getpid()}.{threading.get_native_id()}"
+    with open(tmp, "x", encoding="utf-8") as fh:  # never through a planted link
+        fh.write(node + "\n")
+    try:
+        os.link(tmp, path)  # the stamp appears whole, or not at all
+        return ""
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            owner = fh.read().strip()
+    except OSError as exc:
+        return f"{path}: unreadable ({exc})"
+    if owner != node:
+        return (f"node memory folder {job_dir} is also node {owner}'s (this is {node}): "
+                "each node needs its own; on one host give RESILIENT_TIER1_DIR a {node}")
+    return ""
+
+
 @dataclass
 class Timings:
     """Seconds of the last save, per part (the background ones overlap training)."""
@@ -163,6 +193,12 @@ class Tiers:
                                    dist.new_group(backend="gloo", timeout=timeout),
                                    self.rank, self.world, str(session[0]))
         os.makedirs(self.job_dir, mode=0o700, exist_ok=True)
+        clash = _claim(self.job_dir, peers.node_name())
+        flag = torch.tensor([1 if clash else 0], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)  # every rank or none
+        if int(flag[0]):
+            raise CheckpointError(clash or "another rank's node memory folder is shared "
+                                  "with another node")
         self._ready = True
 
     # -- saving ---------------------------------------------------------------------------

@@ -126,8 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "on by default when `resilient-launch --inprocess` set that")
     p.add_argument("--memory-tiers", action="store_true", help="snapshot every step to node "
                    "and peer memory too, resume from the newest (training/memory_tiers.py)")
-    p.add_argument("--peer-every", type=int, default=1,
-                   help="with --inprocess: refresh the in-memory peer copy every K steps")
+    p.add_argument("--peer-every", type=int, default=1, choices=(0, 1),
+                   help="with --inprocess: 1 (default) keeps a copy of every snapshot on the "
+                   "peer node (memory tier 2), 0 none (a lost rank's state then comes from "
+                   "disk)")
     p.add_argument("--soft-timeout", type=float, default=4.0,
                    help="with --inprocess: seconds without progress before a restart")
     p.add_argument("--hard-timeout", type=float, default=20.0,

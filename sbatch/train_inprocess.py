@@ -2,10 +2,12 @@
 
 Each iteration (the first, and one per restart) creates the process group on a fresh prefix of
 the external store, rebuilds the model, FSDP, the optimizer and the ordered reduce, and
-restores the newest step held in memory (``resilient_slurm.training.memstate``: own snapshots
-and a buddy's peer copy), or, with nothing in memory, the newest disk checkpoint as
-``train_fsdp.py`` does. A rank that died is left out (world 3 -> 2); its shards come from its
-buddy's copy and the virtual shards keep the result bitwise equal to the fault-free run.
+restores the newest step held in the memory tiers (``resilient_slurm.training.memstate`` over
+``resilient_slurm.checkpoint``: the rank's snapshot in node memory, the peer node's copy), or,
+with nothing there, the newest disk checkpoint as ``train_fsdp.py`` does. A rank that died is
+left out (world 3 -> 2); the old world's snapshots (the dead rank's from the peer node's copy)
+are resharded onto the survivors and the virtual shards keep the result bitwise equal to the
+fault-free run. A relaunch by the level above (new processes) resumes from the same tiers.
 
 Events (current rank 0, ``$RESILIENT_EVENTS_FILE``): ``resume`` per iteration with
 ``iteration``, ``level`` (``inprocess`` after a restart), ``source_state`` (``memory``,
@@ -101,6 +103,7 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     if restored is not None:
         start, vdp, rng, source = (restored.step, restored.extra["virtual_dp"],
                                    restored.extra["rng"], "memory")
+        log(f"memory tiers: step {start} from {restored.tier}")
     else:
         start, vdp, rng = _load_disk(ckpt, model, optimizer, world)
         source = "disk" if start else "fresh"
@@ -140,10 +143,10 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
                 losses.append(loss.detach())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if args.step_sleep > 0:
-            time.sleep(args.step_sleep)
         ctx.completed(step, model, optimizer, extra={"virtual_dp": vdp, "rng": rng_state(),
                                                      "data": {"position": step}})
+        if args.step_sleep > 0:  # the rest of a step's work: the snapshot is written meanwhile
+            time.sleep(args.step_sleep)
         step_time = time.perf_counter() - t1
         loss_value = float(torch.stack(losses).mean()) if losses else math.nan
         if events and step == start + 1 and ctx.iteration:
@@ -158,13 +161,14 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
                              "world_size": world, "virtual_dp": vdp})
         if step % args.log_every == 0 or step == args.steps:
             log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms "
-                f"(peer copy {ctx.memory.last_refresh_s * 1e3:.1f} ms, "
+                f"(peer copy {ctx.memory.last_refresh_s * 1e3:.1f} ms in the background, "
                 f"{ctx.memory.peer_bytes} B)")
             if events:
                 events.emit(EventKind.PROGRESS, **Progress(
                     step=step, loss=loss_value, step_time=step_time,
                     peer_copy_s=ctx.memory.last_refresh_s))
     with liveness.keepalive():
+        ctx.memory.close(timeout_s=30.0)  # the last snapshot in node memory and on the peer
         ckpt.close()
         ckpt.wait_committed(args.steps, timeout=args.pg_timeout)
     digest = tensor_digest(fsdp_state.full_model_state(model))

@@ -9,10 +9,10 @@ module makes it work on CPU/gloo and keeps the state that must survive::
     def train(ctx: inprocess.Context) -> str:   # called again after every fault
         ctx.init_process_group()                # per iteration, on this iteration's store prefix
         model, optim = build(ctx.rank, ctx.world_size)   # rebuilt per iteration
-        got = ctx.memory.restore(model, optim)  # in-memory snapshot (or None: disk / fresh)
+        got = ctx.memory.restore(model, optim)  # memory tiers' snapshot (or None: disk / fresh)
         for step in range(start, steps + 1):
             ...
-            ctx.completed(step, model, optim, extra={"rng": ...})  # snapshot + peer copy
+            ctx.completed(step, model, optim, extra={"rng": ...})  # memory tiers
         return digest
 
     result = inprocess.run(train, inprocess.Settings.from_env())
@@ -116,8 +116,9 @@ class Settings:
     def check(self) -> None:
         if not 0 < self.soft_timeout < self.hard_timeout < self.barrier_timeout:
             raise ValueError("need 0 < soft_timeout < hard_timeout < barrier_timeout")
-        if self.peer_every < 0:
-            raise ValueError("peer_every must be >= 0")
+        if self.peer_every not in (0, 1):
+            raise ValueError("peer_every must be 0 (no peer node's copy) or 1 (a copy of "
+                             "every snapshot on the peer node)")
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -283,18 +284,16 @@ class Context:
         """Create this iteration's process group on the app store (sockets recorded)."""
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self._kept.sockets.mark()
-        self.memory.forget_peer_spec()
+        self.memory.new_group()
         dist.init_process_group(backend, store=torch.distributed.PrefixStore("pg/", self.store),
                                 rank=self.rank, world_size=self.world_size,
                                 timeout=_td(self._kept.settings.pg_timeout))
 
     def completed(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   extra: dict[str, Any] | None = None) -> None:
-        """After ``step`` completed on this rank: snapshot it (and refresh the peer copy every
-        ``peer_every`` steps, a collective)."""
+        """After ``step`` completed on this rank: snapshot it into the memory tiers (node
+        memory, and the peer node's copy), written in the background."""
         self.memory.record(step, self.world_size, self.rank, model, optimizer, extra)
-        if self.memory.due(step):
-            self.memory.refresh(step)
 
     def ping(self) -> None:
         self.call.ping()

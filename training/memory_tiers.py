@@ -18,13 +18,14 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 
-def _copy(x: Any) -> Any:
+def copy_state(x: Any) -> Any:
+    """A detached copy of a state dict's tensors (the structure rebuilt)."""
     if isinstance(x, torch.Tensor):
         return x.detach().clone()
     if isinstance(x, dict):
-        return {k: _copy(v) for k, v in x.items()}
+        return {k: copy_state(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_copy(v) for v in x]
+        return [copy_state(v) for v in x]
     return x
 
 
@@ -41,7 +42,7 @@ class MemoryTiers:
 
         fresh = not optimizer.state
         msd, osd = get_state_dict(model, optimizer)
-        state = {"model": _copy(msd), "optim": _copy(osd)}
+        state = {"model": copy_state(msd), "optim": copy_state(osd)}
         step = checkpoint.load(state)
         if step is None or step <= disk_step:
             if fresh:

@@ -151,3 +151,16 @@ def test_a_memory_cap_turns_tier_2_off_on_every_rank_then_refuses(tmp_path, refe
                    extra_env={"RESILIENT_TIER_MAX_BYTES": str(size)})
     assert out.count("memory tiers do not fit max_bytes") >= 2, out[-3000:]
     assert "refused: tier 1 alone needs" in out
+
+
+@pytest.mark.train
+def test_two_nodes_sharing_one_memory_folder_are_refused(tmp_path) -> None:
+    """Simulated nodes a and b given one folder (no ``{node}``): a peer's copy would overwrite
+    its owner's own snapshot there, so the first save refuses on both ranks, with the way out;
+    neither waits for the other."""
+    out = on_nodes(str(tmp_path), ["a", "b"], STEPS, check=False, timeout=120,
+                   extra_env={"RESILIENT_TIER1_DIR": str(tmp_path / "shared")})
+    assert out.count("is also node") == 1, out[-3000:]  # the rank that came second says why
+    assert out.count("CheckpointError") >= 2, out[-3000:]
+    assert "give RESILIENT_TIER1_DIR a {node}" in out
+    assert not store.scan(str(tmp_path / "shared" / "job"))

@@ -54,7 +54,11 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
             # site that shares it); a test's own --verdict-path in LAUNCH comes later and wins
             f"--verdict-path={sandbox.p('verdicts', '{node}.json')}", *launch, TRAIN,
             "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
-    script.write_text("#!/bin/bash\nexec " + " ".join(argv) + "\n")
+    # memory tiers (--inprocess, --memory-tiers): the sandbox's nodes share this host's
+    # /dev/shm, so each node gets its own folder, as each real node has its own memory
+    shm = tmp_path / "shm" / "{node}"
+    script.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={shm}\nexec "
+                      + " ".join(argv) + "\n")
     env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
            "PATH": BIN + ":" + os.environ.get("PATH", "")}
     out = str(tmp_path / "slurm-%j.out")

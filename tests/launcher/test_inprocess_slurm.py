@@ -2,9 +2,10 @@
 
 3 nodes, one rank each, ``--min-nodes=2``. A first SIGKILL is handled in-process (level 0:
 the survivors shrink to 2 ranks from the peer copy, no new process); a second leaves one rank,
-below the minimum, so ft_launcher (level 1) restarts the workers from the disk checkpoint on
-all three nodes. The job completes in its first cycle, unrequeued, with the digest of an
-uninterrupted run, and the report names the level that handled each fault.
+below the minimum, so ft_launcher (level 1) restarts the workers on all three nodes, which
+resume from the same memory tiers (resharded from 2 ranks onto 3, no step lost). The job
+completes in its first cycle, unrequeued, with the digest of an uninterrupted run, and the
+report names the level that handled each fault.
 
 That is NVRx 0.4.1-0.5.x. From 0.6 ft_launcher takes only ``--ft-restart-policy=any-failed``
 (and reads ``--nnodes MIN:MAX`` as hot spares), so level 1 cannot be wired and ``--inprocess``
@@ -76,7 +77,10 @@ def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):
     assert len(level0) == 1 and level0[0]["source_state"] == "memory", resumes
     assert level0[0]["world_size"] == 2 and level0[0]["step"] == 3
     assert level0[0]["lost_nodes"], "level 0's record names the node the dead rank ran on"
-    assert len(level1) == 1 and level1[0]["source_state"] == "disk", resumes
+    # level 1's fresh processes resume from the same memory tiers: the 2-rank set of step 7
+    # (the last before the second SIGKILL) resharded onto all three nodes
+    assert len(level1) == 1 and level1[0]["source_state"] == "memory", resumes
+    assert level1[0]["world_size"] == 3 and level1[0]["step"] == 7, level1
     assert handled(state) == [("sigkill", "in-process restart (level 0, ranks 1 left out)"),
                               ("sigkill", "in-job restart (ft_launcher)")]
 

@@ -56,13 +56,19 @@ def run_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), world: int 
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
                "RESILIENT_INPROCESS_STORE": f"127.0.0.1:{store.port}",
                "RESILIENT_EVENTS_FILE": str(events), "PYTHONUNBUFFERED": "1",
-               "TORCH_CPP_LOG_LEVEL": "ERROR"}
+               "TORCH_CPP_LOG_LEVEL": "ERROR",
+               # each rank its own simulated node, with its own node memory
+               "RESILIENT_NODE": f"n{rank}",
+               "RESILIENT_TIER1_DIR": str(workdir / "shm" / "{node}"),
+               "RESILIENT_CKPT_JOB": "job"}
         env.pop("RESILIENT_INPROCESS_PREFIX", None)
         log = open(workdir / f"rank{rank}.log", "w")
         logs.append(log)
         cmd = [sys.executable, str(SCRIPT), "--inprocess", "--steps", str(steps),
                "--checkpoint-dir", str(workdir / "ckpt"), "--checkpoint-every", "10",
-               "--threads", "1", "--log-every", "5", "--pg-timeout", "60", *extra]
+               "--threads", "1", "--log-every", "5", "--pg-timeout", "60",
+               # a step's time after its snapshot is taken: the memory tiers write it then
+               "--step-sleep", "0.2", *extra]
         for f in faults:
             cmd += ["--fault", f]
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
@@ -111,7 +117,7 @@ def run_ft_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), agents: 
     train = [str(SCRIPT), "--inprocess", "--steps", str(steps),
              "--checkpoint-dir", str(workdir / "ckpt"), "--checkpoint-every", "4",
              "--threads", "1", "--log-every", "5", "--pg-timeout", "60",
-             "--soft-timeout", "15", "--hard-timeout", "45", *extra]
+             "--soft-timeout", "15", "--hard-timeout", "45", "--step-sleep", "0.2", *extra]
     for f in faults:
         train += ["--fault", f]
     procs, logs = [], []
@@ -125,7 +131,10 @@ def run_ft_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), agents: 
                "--term-timeout=5", *train]
         log = open(workdir / f"agent{i}.log", "w")
         logs.append(log)
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+        node = {"RESILIENT_NODE": f"a{i}", "RESILIENT_TIER1_DIR": str(workdir / "shm" / "{node}"),
+                "RESILIENT_CKPT_JOB": "job"}  # each agent a simulated node, its own memory
+        procs.append(subprocess.Popen(cmd, env={**env, **node}, stdout=log,
+                                      stderr=subprocess.STDOUT,
                                       start_new_session=True))
     rcs: list[int | None] = []
     deadline = time.monotonic() + timeout

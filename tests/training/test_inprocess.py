@@ -94,4 +94,7 @@ def test_sigkill_shrinks_from_peer_copy(tmp_path: Path, fault_free: str, victim:
     assert [rc for r, rc in enumerate(res.rcs) if r != victim] == [0, 0], _tail(res)
     secs, resume = _check(res, fault_free, "sigkill", 2)
     assert resume["lost_ranks"] == [victim]
+    # the survivors (nodes other than the victim's) cut their shards from the 3-rank set of
+    # step 6, the victim's part from its copy on the peer node
+    assert "memory tiers: step 6 from memory, resharded from 3 ranks" in "".join(res.outputs)
     assert secs < PG_TIMEOUT / 2
