@@ -80,6 +80,7 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
             tier = float(parts["tiers"]["overhead"])
         options[SPARE] = {
             "memory_tiers": True, "tier_cost": round(tier or 0.0, 4), "spares": SPARES_AT_SCALE,
+            "tier_every": 0,  # the model's optimum per job size (printed as column k)
             "fallback": RL, "unmeasured": [
                 f"{SPARES_AT_SCALE} spares at scale, a faulted node back after "
                 f"{REPAIR_H_ASSUMED:g} h", f"step time at scale {STEP_S_ASSUMED:g} s"]

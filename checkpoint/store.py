@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -246,3 +247,43 @@ def bytes_used(job_dir: str) -> int:
             with contextlib.suppress(OSError):
                 total += os.path.getsize(os.path.join(sdir, DATA))
     return total
+
+
+NODE_STAMP = ".node"  # the node a job's memory folder belongs to
+
+
+def claim(job_dir: str, node: str) -> str:
+    """Stamp ``job_dir`` with this node's name, or check the stamp ("" or why not). Two nodes
+    writing one folder (simulated nodes on one host without ``{node}`` in
+    ``RESILIENT_TIER1_DIR``, or a shared file system given as node memory) would overwrite
+    each other's snapshots: a peer's copy has the same path as its owner's own."""
+    path = os.path.join(job_dir, NODE_STAMP)
+    tmp = f"{path}.{os.getpid()}.{threading.get_native_id()}"
+    with open(tmp, "x", encoding="utf-8") as fh:  # never through a planted link
+        fh.write(node + "\n")
+    try:
+        os.link(tmp, path)  # the stamp appears whole, or not at all
+        return ""
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            owner = fh.read().strip()
+    except OSError as exc:
+        return f"{path}: unreadable ({exc})"
+    if owner != node:
+        return (f"node memory folder {job_dir} is also node {owner}'s (this is {node}): "
+                "each node needs its own; on one host give RESILIENT_TIER1_DIR a {node}")
+    return ""
+
+
+def default_job() -> str:
+    """The job's folder name: ``RESILIENT_CKPT_JOB``, ``SLURM_JOB_ID``, ``TORCHELASTIC_RUN_ID``
+    (the first that is a plain name), else ``local``."""
+    for var in ("RESILIENT_CKPT_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        value = os.environ.get(var)
+        if value and value.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            return value
+    return "local"

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import budget, flat, peers, store
+from resilient_slurm.checkpoint import budget, flat, peers, reshard, store
 from resilient_slurm.checkpoint.durable import Durable
 
 
@@ -43,42 +43,7 @@ class CheckpointError(RuntimeError):
     pass
 
 
-def default_job() -> str:
-    for var in ("RESILIENT_CKPT_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
-        value = os.environ.get(var)
-        if value and value.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            return value
-    return "local"
-
-
-NODE_STAMP = ".node"  # the node a job's memory folder belongs to
-
-
-def _claim(job_dir: str, node: str) -> str:
-    """Stamp ``job_dir`` with this node's name, or check the stamp ("" or why not). Two nodes
-    writing one folder (simulated nodes on one host without ``{node}`` in
-    ``RESILIENT_TIER1_DIR``, or a shared file system given as node memory) would overwrite
-    each other's snapshots: a peer's copy has the same path as its owner's own."""
-    path = os.path.join(job_dir, NODE_STAMP)
-    tmp = f"{path}.{os.getpid()}.{threading.get_native_id()}"
-    with open(tmp, "x", encoding="utf-8") as fh:  # never through a planted link
-        fh.write(node + "\n")
-    try:
-        os.link(tmp, path)  # the stamp appears whole, or not at all
-        return ""
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            owner = fh.read().strip()
-    except OSError as exc:
-        return f"{path}: unreadable ({exc})"
-    if owner != node:
-        return (f"node memory folder {job_dir} is also node {owner}'s (this is {node}): "
-                "each node needs its own; on one host give RESILIENT_TIER1_DIR a {node}")
-    return ""
+default_job = store.default_job  # the job's folder name under the node-memory root
 
 
 @dataclass
@@ -153,14 +118,12 @@ class Tiers:
         self.replicate, self.timeout_s = replicate, timeout_s
         self.timings = Timings()
         self.last_load: dict[str, Any] = {}
-        self._ready = False
-        self._count = 0
+        self._ready, self._count = False, 0
         self._stager = flat.Stager()
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._last: _Job | None = None
         self._error: BaseException | None = None
-        self._blob_bytes = 0
-        self._peer_bytes = 0
+        self._blob_bytes, self.peer_bytes = 0, 0  # one snapshot's; the peer copy's
         self._thread: threading.Thread | None = None
         self._recv: torch.Tensor | None = None
         self.memory: budget.Plan | None = None
@@ -193,7 +156,7 @@ class Tiers:
                                    dist.new_group(backend="gloo", timeout=timeout),
                                    self.rank, self.world, str(session[0]))
         os.makedirs(self.job_dir, mode=0o700, exist_ok=True)
-        clash = _claim(self.job_dir, peers.node_name())
+        clash = store.claim(self.job_dir, peers.node_name())
         flag = torch.tensor([1 if clash else 0], dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)  # every rank or none
         if int(flag[0]):
@@ -307,7 +270,7 @@ class Tiers:
                 store.write(self.job_dir, self.source, job.step, job.world,
                             [prefix, flat.as_bytes(data)], recycle_keep=self.keep, crc=crc)
                 store.prune(self.job_dir, self.source, self.keep)
-                self._peer_bytes = len(prefix) + data.numel()
+                self.peer_bytes = len(prefix) + data.numel()
         self.timings.tier1, self.timings.tier2 = t1 - t0, time.perf_counter() - t1
 
     def wait(self) -> None:
@@ -369,35 +332,20 @@ class Tiers:
     def _load_resharded(self, state_dict: Any, snaps: dict[Any, store.Snapshot],
                         holdings: list[list[peers.Holding]], step: int, old_world: int,
                         disk: Any) -> int:
-        """Collective: every rank gets every old rank's snapshot of ``step`` (each sent once,
-        by the lowest rank that holds it, to all) and cuts its own shards from the merged
-        state. Each rank holds the whole old world's state meanwhile: the in-memory shrink
-        path's price (the durable tier reshards without it)."""
-        parts = []
-        for owner in range(old_world):
-            key = (owner, step, old_world)
-            src = peers.holder(holdings, key)
-            blob = store.read(snaps[key]) if self.rank == src else None
-            if self.rank == src and blob is None:
-                raise CheckpointError(f"snapshot of rank {owner} step {step} vanished")
-            parts.append(flat.unpack_with_layout(peers.broadcast(self.group, src, blob)))
-        store.drop_after(self.job_dir, step)
         try:
-            flat.fill_resharded(state_dict, parts, self.rank)
-        except flat.ShapeMismatch as exc:
-            raise CheckpointError(f"rank {self.rank}: cannot reshard step {step} from "
-                                  f"{old_world} ranks: {exc}") from exc
+            reshard.load(self.group, self.rank, self.job_dir, state_dict, snaps, holdings,
+                         step, old_world)
+        except reshard.ReshardError as exc:
+            raise CheckpointError(str(exc)) from exc
         self.last_load = {"step": step, "tier": f"memory, resharded from {old_world} ranks",
                           "resharded_from": old_world,
                           "durable_step": None if disk is None else disk.step}
         return step
 
     def reset(self, timeout_s: float = 10.0) -> bool:
-        """Forget the process groups (an in-process restart rebuilt them): the writer stops
-        (its pending exchange failed with the old group's sockets), and the next ``save`` or
-        ``load`` sets up on the new default group. The snapshots stay: they are the state
-        the restarted iteration resumes from. False when the old writer did not stop within
-        ``timeout_s`` (it is left behind, a daemon with its own queue)."""
+        """Forget the process groups (an in-process restart rebuilt them): the writer stops,
+        the next ``save`` or ``load`` sets up on the new group, the snapshots stay. False when
+        the old writer did not stop within ``timeout_s`` (left behind with its own queue)."""
         stopped = True
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
@@ -413,8 +361,7 @@ class Tiers:
         """What the tiers hold and cost on this rank (bytes, seconds)."""
         t = self.timings
         return {
-            "tier1_bytes": self._blob_bytes * self.keep,
-            "tier2_bytes": self._peer_bytes * self.keep,
+            "tier1_bytes": self._blob_bytes * self.keep, "tier2_bytes": self.peer_bytes * self.keep,
             "node_dir_bytes": store.bytes_used(self.job_dir),
             "staging_pinned_bytes": self._stager.pinned_bytes,
             "snapshot_bytes": self._blob_bytes, "keep": self.keep,
@@ -422,8 +369,8 @@ class Tiers:
             "peer_why": self.topo.why if hasattr(self, "topo") else None,
             "stall_s": t.stall, "stage_s": t.stage, "tier1_s": t.tier1, "tier2_s": t.tier2,
             "saves": t.saves, "stall_total_s": t.stall_total,
-            "durable_committed": list(self.durable.committed) if self.durable else [],
-            "durable_failed": list(self.durable.failed) if self.durable else [],
+            "durable_committed": list(self.durable.committed if self.durable else []),
+            "durable_failed": list(self.durable.failed if self.durable else []),
             "memory": self.memory.as_dict() if self.memory else None,
         }
 

@@ -73,6 +73,7 @@ class Mechanism:
     unmeasured: tuple[str, ...] = ()
     delta_s: float | None = None  # this mechanism's own durable-save cost (async tier 3)
     tier_source: str = ""  # where tier_cost was measured ("" when given as a number)
+    tier_every: int = 1  # a memory-tier save every this many steps (0: the model's optimum)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Inputs:
     interval_steps: int | None = None  # the bench's checkpoint interval (measured lost steps)
     repair_h: float | None = None  # a faulted node is back as a spare after this (None: never)
     job_h: float = 30 * 24.0  # the allocation's length when spares never come back
+    durable_max_s: float = 3600.0  # memory tiers: a durable save at least this often
 
     def mech(self, name: str) -> Mechanism:
         return self.mechanisms.get(name, Mechanism())
@@ -124,6 +126,13 @@ class Inputs:
                              or m.fallback == mech or "node" not in self.costs[m.fallback]):
                 raise PlanError(f"{mech}: {m.spares} spare(s) need a fallback mechanism with a "
                                 f"node-fault cost for when none is left (got {m.fallback!r})")
+            if m.tier_every != 1 and not m.memory_tiers:
+                raise PlanError(f"{mech}: a tier interval needs memory tiers (--memory-tiers)")
+            if m.tier_every < 0:
+                raise PlanError(f"{mech}: a memory-tier save every {m.tier_every} steps: "
+                                "must be >= 1 (0: the model's optimum)")
+        if self.durable_max_s <= 0:
+            raise PlanError("the longest durable interval must be positive seconds")
         if (self.repair_h is not None and self.repair_h < 0) or self.job_h <= 0:
             raise PlanError("spare repair time must be >= 0 hours and the job length > 0")
 
@@ -140,6 +149,8 @@ class Projection:
     waste: dict[str, float] = field(default_factory=dict)
     lost_s: float = 0.0
     spare_hit: float | None = None  # share of node faults that found a spare
+    disk_share: float | None = None  # memory tiers: share of faults that go back to disk
+    tier_every: int | None = None  # memory tiers: a save every this many steps
 
 
 def llama3_rate() -> float:
@@ -170,15 +181,32 @@ def spare_hit(spares: int, node_faults_per_h: float, repair_h: float | None,
     return min(1.0, total)
 
 
-def lost_work(inp: Inputs, mech: str, cost: Cost, tau: float) -> float:
-    """Seconds of training one fault of this class throws away (``tau``: the mechanism's
-    durable interval)."""
+def tier_interval(tier_cost: float, mtbf_s: float, step_s: float, served: float) -> int:
+    """The memory-tier save interval in steps that minimizes its cost plus the work a fault
+    it serves throws away: ``c / k + served * (k - 1) / 2 * step_s / M`` (the tiers' analogue
+    of Daly's interval), ``k* = sqrt(2 c M / (served * step_s))``, at least 1."""
+    if tier_cost <= 0 or served <= 0 or step_s <= 0:
+        return 1
+
+    def waste(k: int) -> float:
+        return tier_cost / k + served * (k - 1) / 2 * step_s / mtbf_s
+
+    k = max(1, int(math.sqrt(2 * tier_cost * mtbf_s / (served * step_s))))
+    return min((k, k + 1), key=waste)
+
+
+def lost_work(inp: Inputs, mech: str, cost: Cost, tau: float, delta: float | None = None,
+              every: int = 1) -> float:
+    """Seconds of training one fault of this class throws away (``tau``: the job's durable
+    interval, ``delta`` its save cost when not the mechanism's own; ``every``: memory tiers
+    saved every this many steps, which loses ``(every - 1) / 2`` steps more on average)."""
     m = inp.mech(mech)
-    delta = inp.delta_s if m.delta_s is None else m.delta_s
+    if delta is None:
+        delta = inp.delta_s if m.delta_s is None else m.delta_s
     if cost.lost_steps is None:
         return (tau + delta) / 2
     if m.memory_tiers:
-        return cost.lost_steps * (inp.step_s or 0.0)
+        return (cost.lost_steps + (every - 1) / 2) * (inp.step_s or 0.0)
     return min(1.0, cost.lost_steps / (inp.interval_steps or 1)) * (tau + delta)
 
 
@@ -192,17 +220,33 @@ def project(inp: Inputs, gpus: int) -> list[Projection]:
     for mech, per in inp.costs.items():
         m = inp.mech(mech)
         delta = inp.delta_s if m.delta_s is None else m.delta_s
-        tau = daly_interval(delta, mtbf)
-        cls = {c: (per[c].at(nodes), lost_work(inp, mech, per[c], tau))
-               for c in CLASSES if inp.shares[c] > 0}
+        live = [c for c in CLASSES if inp.shares[c] > 0]
         hit = None
-        if m.spares and "node" in cls and m.fallback is not None:
+        if m.spares and "node" in live and m.fallback is not None:
             hit = spare_hit(m.spares, 3600.0 / mtbf * inp.shares["node"], inp.repair_h,
                             inp.job_h)
+        tau, disk, every = daly_interval(delta, mtbf), None, 1
+        if m.memory_tiers:
+            # Only the faults the memory tiers do not serve go back to the durable tier: its
+            # interval is Daly's for their rate (at most durable_max_s).
+            served = {c: (per[c].lost_steps is not None) * (hit if c == "node" and hit is not None
+                                                            else 1.0) for c in live}
+            disk = sum(inp.shares[c] * (1 - served[c]) for c in live)
+            tau = min(daly_interval(delta, mtbf / disk) if disk > 0 else inp.durable_max_s,
+                      inp.durable_max_s)
+            share = sum(inp.shares[c] * served[c] for c in live)
+            every = m.tier_every or tier_interval(m.tier_cost, mtbf, inp.step_s or 0.0, share)
+        cls = {c: (per[c].at(nodes), lost_work(inp, mech, per[c], tau, every=every))
+               for c in live}
+        if hit is not None and m.fallback is not None:
             fb = inp.costs[m.fallback]["node"]
-            fbm = inp.mech(m.fallback)
-            fb_tau = daly_interval(inp.delta_s if fbm.delta_s is None else fbm.delta_s, mtbf)
-            fb_cost = (fb.at(nodes), lost_work(inp, m.fallback, fb, fb_tau))
+            if m.memory_tiers:  # no spare left: the fallback's recovery, the job's durable saves
+                fb_cost = (fb.at(nodes), lost_work(inp, m.fallback, fb, tau, delta))
+            else:
+                fbm = inp.mech(m.fallback)
+                fb_tau = daly_interval(inp.delta_s if fbm.delta_s is None else fbm.delta_s,
+                                       mtbf)
+                fb_cost = (fb.at(nodes), lost_work(inp, m.fallback, fb, fb_tau))
             cls["node"] = (hit * cls["node"][0] + (1 - hit) * fb_cost[0],
                            hit * cls["node"][1] + (1 - hit) * fb_cost[1])
         rec = sum(inp.shares[c] * r for c, (r, _) in cls.items())
@@ -210,11 +254,13 @@ def project(inp: Inputs, gpus: int) -> list[Projection]:
         ckpt = delta / (tau + delta)
         idle = m.spares / (nodes + m.spares)
         fault = (rec + lost) / mtbf
-        good = (1 - ckpt) * (1 - m.tier_cost) * (1 - idle) * max(0.0, 1 - fault)
+        tiers = m.tier_cost / every
+        good = (1 - ckpt) * (1 - tiers) * (1 - idle) * max(0.0, 1 - fault)
         out.append(Projection(mech, gpus, nodes, mtbf, tau, rec, good,
                               {"checkpoints": ckpt, "recovery": rec / mtbf,
-                               "lost_work": lost / mtbf, "tiers": m.tier_cost,
-                               "idle_spares": idle}, lost, hit))
+                               "lost_work": lost / mtbf, "tiers": tiers,
+                               "idle_spares": idle}, lost, hit, disk,
+                              every if m.memory_tiers else None))
     return out
 
 
@@ -243,7 +289,8 @@ def extras_from_json(text: str) -> dict[str, object]:
         mechs = {name: Mechanism(bool(o.get("memory_tiers", False)),
                                  float(o.get("tier_cost", 0.0)), int(o.get("spares", 0)),
                                  o.get("fallback"), tuple(str(u) for u in o.get("unmeasured", ())),
-                                 None if o.get("delta_s") is None else float(o["delta_s"]))
+                                 None if o.get("delta_s") is None else float(o["delta_s"]),
+                                 tier_every=int(o.get("tier_every", 1)))
                  for name, o in (data.get("options") or {}).items()}
         out: dict[str, object] = {"mechanisms": mechs}
         for key, conv in (("step_s", float), ("interval_steps", int), ("repair_h", float)):
@@ -286,7 +333,9 @@ def _mech_line(name: str, inp: Inputs) -> str | None:
         parts.append("lost steps per fault " + ", ".join(f"{c} {v:g}" for c, v in lost.items()))
     if m.memory_tiers:
         parts.append(f"memory tiers cost {m.tier_cost:.2%} of each step"
-                     + (f" ({m.tier_source})" if m.tier_source else ""))
+                     + (f" ({m.tier_source})" if m.tier_source else "") + " when saved every "
+                     "step; " + (f"saved every {m.tier_every} steps" if m.tier_every else
+                                 "saved every k steps, k the model's optimum (column k)"))
     if m.delta_s is not None:
         parts.append(f"its durable save costs {m.delta_s:g} s (not delta)")
     if m.spares:
@@ -319,15 +368,21 @@ def render(rows: list[Projection], inp: Inputs, target: float = 0.99,
         + (f"; disk: lost steps / the bench's {inp.interval_steps}-step interval x (tau+delta)"
            if inp.interval_steps else "") + "), else half an interval (tau+delta)/2",
         *(["mechanism inputs:", *mech_lines] if mech_lines else []),
+        *([f"memory tiers: tau is Daly's interval for the faults that still reach the durable "
+           f"tier (those the tiers do not serve: a node fault with no spare left), at most "
+           f"{inp.durable_max_s / 60:g} min; a tier save every k steps costs 1/k of a save "
+           f"per step and loses (k-1)/2 steps more per fault it serves, k minimizing both"]
+          if any(inp.mech(n).memory_tiers for n in inp.costs) else []),
         "",
         f"{'GPUs':>7} {'nodes':>6} {'MTBF M':>9} {'tau':>7}  {'mechanism':<44} {'R avg':>7} "
-        f"{'L avg':>7} {'spare':>6} {'goodput':>8}",
+        f"{'L avg':>7} {'spare':>6} {'k':>4} {'goodput':>8}",
     ]
     for p in rows:
         hit = "-" if p.spare_hit is None else f"{p.spare_hit:.0%}"
+        k = "-" if p.tier_every is None else str(p.tier_every)
         lines.append(f"{p.gpus:>7} {p.nodes:>6} {p.mtbf_s / 3600:>8.2f}h {p.tau_s / 60:>6.1f}m  "
                      f"{p.mechanism:<44} {p.recovery_s:>6.0f}s {p.lost_s:>6.0f}s {hit:>6} "
-                     f"{p.goodput:>8.1%}")
+                     f"{k:>4} {p.goodput:>8.1%}")
     at = [p for p in rows if p.gpus == target_gpus]
     if at:
         best = max(at, key=lambda p: p.goodput)

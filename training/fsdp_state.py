@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 SHARD = "__local_shard__"
 
@@ -103,31 +103,6 @@ def restore_resharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     set_state_dict(model, optimizer, model_state_dict=merged["model"],
                    optim_state_dict=merged["optim"],
                    options=StateDictOptions(full_state_dict=True))
-
-
-def _place(full: Any, template: Any) -> Any:
-    if isinstance(template, DTensor):
-        # every rank holds the full tensor: slice this rank's part, no communication
-        return distribute_tensor(full.to(template.to_local().device), template.device_mesh,
-                                 template.placements, src_data_rank=None)
-    if isinstance(full, dict):
-        tmpl = template if isinstance(template, dict) else {}
-        return {k: _place(v, tmpl.get(k)) for k, v in full.items()}
-    if isinstance(full, (list, tuple)):
-        seq = template if isinstance(template, (list, tuple)) else [None] * len(full)
-        return type(full)(_place(v, t) for v, t in zip(full, seq, strict=False))
-    return full
-
-
-def restore_resharded_local(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                            saved_all: list[dict[str, Any]]) -> None:
-    """As :func:`restore_resharded` when every rank holds all of ``saved_all`` (in-memory
-    restore): each rank slices its own shards, with no collective per tensor."""
-    msd_t, osd_t = get_state_dict(model, optimizer)
-    model_full = _merge([s["model"] for s in saved_all])
-    optim_full = _merge([s["optim"] for s in saved_all])
-    set_state_dict(model, optimizer, model_state_dict=_place(model_full, msd_t),
-                   optim_state_dict=_place(optim_full, osd_t))
 
 
 def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -58,9 +58,8 @@ class MemoryState:
         del world, rank
         msd, osd = get_state_dict(model, optimizer)
         stall = self.tiers.save({"model": msd, "optim": osd, "extra": dict(extra or {})}, step)
-        st = self.tiers.stats()
-        self.last_refresh_s = float(st["tier2_s"])
-        self.peer_bytes = int(st["tier2_bytes"]) // max(1, int(st["keep"]))
+        self.last_refresh_s = self.tiers.timings.tier2  # no file listing per step
+        self.peer_bytes = self.tiers.peer_bytes
         return stall
 
     def new_group(self) -> None:

@@ -42,6 +42,12 @@ from resilient_slurm import projection as pj
 @click.option("--spares", "spare_specs", multiple=True, metavar="NAME=K:FALLBACK",
               help="Mechanism NAME keeps K idle spare nodes; a node fault with none left costs "
                    "what mechanism FALLBACK's node fault costs.")
+@click.option("--tier-every", "every_specs", multiple=True, metavar="NAME=K",
+              help="Mechanism NAME saves its memory tiers every K steps (0: the model's "
+                   "optimum per job size, printed as column k) [default: every step].")
+@click.option("--durable-max-minutes", type=float, default=60.0, show_default=True,
+              help="With memory tiers: a durable save at least this often, however rarely "
+                   "faults reach the durable tier.")
 @click.option("--unmeasured", "unmeasured", multiple=True, metavar="NAME=WHAT",
               help="Label an input of mechanism NAME as not measured (printed with it).")
 @click.option("--step-time", "step_s", type=float, default=None,
@@ -59,6 +65,7 @@ def plan_command(gpus: tuple[int, ...], gpus_per_node: int, interruptions: float
                  on_gpus: int, node_share: float, hang_share: float, delta: float | None,
                  costs_file: IO[str] | None, cost_specs: tuple[str, ...],
                  tier_specs: tuple[str, ...], spare_specs: tuple[str, ...],
+                 every_specs: tuple[str, ...], durable_max_minutes: float,
                  unmeasured: tuple[str, ...], step_s: float | None, interval_steps: int | None,
                  repair_h: float | None, job_days: float, as_json: bool) -> None:
     """Projected goodput per recovery mechanism for jobs of --gpus GPUs: Young/Daly checkpoint
@@ -78,7 +85,7 @@ def plan_command(gpus: tuple[int, ...], gpus_per_node: int, interruptions: float
                          ("repair_h", repair_h)):
             if val is not None:
                 extras[key] = val
-        _mechanism_flags(mechs, tier_specs, spare_specs, unmeasured)
+        _mechanism_flags(mechs, tier_specs, spare_specs, unmeasured, every_specs)
         for spec in cost_specs:
             name, per = pj.parse_cost(spec)
             costs[name] = per
@@ -91,7 +98,8 @@ def plan_command(gpus: tuple[int, ...], gpus_per_node: int, interruptions: float
         shares = {"node": node_share, "hang": hang_share,
                   "process": round(1 - node_share - hang_share, 9)}
         inp = pj.Inputs(interruptions / (days * 24 * on_gpus), shares, delta, costs,
-                        gpus_per_node, source, mechs, job_h=job_days * 24, **extras)
+                        gpus_per_node, source, mechs, job_h=job_days * 24,
+                        durable_max_s=durable_max_minutes * 60, **extras)
         rows = [r for g in gpus for r in pj.project(inp, g)]
     except pj.PlanError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -100,6 +108,7 @@ def plan_command(gpus: tuple[int, ...], gpus_per_node: int, interruptions: float
             "rate_per_gpu_hour": inp.rate_per_gpu_hour, "shares": shares, "delta_s": delta,
             "gpus_per_node": gpus_per_node, "source": source, "step_s": inp.step_s,
             "interval_steps": inp.interval_steps, "repair_h": inp.repair_h, "job_h": inp.job_h,
+            "durable_max_s": inp.durable_max_s,
             "mechanisms": {n: asdict(m) for n, m in mechs.items()}},
             "rows": [asdict(r) for r in rows]}))
     else:
@@ -129,7 +138,8 @@ def _measured_tier_cost(path: str) -> tuple[float, str]:
 
 
 def _mechanism_flags(mechs: dict[str, pj.Mechanism], tiers: tuple[str, ...],
-                     spares: tuple[str, ...], unmeasured: tuple[str, ...]) -> None:
+                     spares: tuple[str, ...], unmeasured: tuple[str, ...],
+                     every: tuple[str, ...] = ()) -> None:
     for spec in tiers:
         name, val = _split(spec, "--memory-tiers")
         head, _, delta = val.rpartition(":") if ":" in val else (val, "", "")
@@ -154,6 +164,12 @@ def _mechanism_flags(mechs: dict[str, pj.Mechanism], tiers: tuple[str, ...],
         if not sep or not k.isdigit() or not fallback:
             raise pj.PlanError(f"--spares {spec!r}: expected NAME=K:FALLBACK")
         mechs[name] = replace(mechs.get(name, pj.Mechanism()), spares=int(k), fallback=fallback)
+    for spec in every:
+        name, val = _split(spec, "--tier-every")
+        if not val.isdigit() or not val.isascii():
+            raise pj.PlanError(f"--tier-every {spec!r}: expected NAME=K, K a whole number of "
+                               "steps (0: the model's optimum)")
+        mechs[name] = replace(mechs.get(name, pj.Mechanism()), tier_every=int(val))
     for spec in unmeasured:
         name, val = _split(spec, "--unmeasured")
         old = mechs.get(name, pj.Mechanism())

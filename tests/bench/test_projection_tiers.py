@@ -8,6 +8,8 @@ import math
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from resilient_slurm import projection as pj
 from resilient_slurm.cli.plan import plan_command
@@ -62,6 +64,49 @@ def test_when_spares_run_out_node_faults_cost_the_fallback() -> None:
     assert pj.spare_hit(0, 1.0, 1.0, 720) == 0.0
 
 
+def test_with_tiers_the_durable_interval_is_dalys_for_the_faults_that_reach_disk() -> None:
+    """Memory tiers serve the classes measured with them; only node faults that find no
+    spare go back to the durable tier, so its interval is Daly's for their rate (at most
+    ``durable_max_s``), and those faults lose the job's own durable interval, not the
+    fallback's."""
+    mech = {"tiers": pj.Mechanism(True, 0.0, 1, "disk")}
+    t = row(pj.project(inputs(mech, step_s=4.0, durable_max_s=1e9), 16384), "tiers")
+    assert t.disk_share == pytest.approx(0.78 * (1 - t.spare_hit))
+    assert t.tau_s == pytest.approx(pj.daly_interval(30.0, t.mtbf_s / t.disk_share))
+    node = t.spare_hit * 0 + (1 - t.spare_hit) * (t.tau_s + 30) / 2  # disk fallback unmeasured
+    assert t.lost_s == pytest.approx(0.78 * node + 0.12 * 1 * 4.0)
+    capped = row(pj.project(inputs(mech, step_s=4.0, durable_max_s=600), 16384), "tiers")
+    assert capped.tau_s == 600
+    served_all = row(pj.project(inputs({"tiers": pj.Mechanism(memory_tiers=True)}, step_s=4.0),
+                                16384), "tiers")
+    assert served_all.disk_share == 0 and served_all.tau_s == 3600.0
+    assert row(pj.project(inputs(mech, step_s=4.0), 16384), "disk").tau_s == pytest.approx(
+        pj.daly_interval(30.0, t.mtbf_s))  # a disk-only mechanism: every fault reaches disk
+
+
+@given(st.floats(1e-4, 0.5), st.floats(60, 1e6), st.floats(0.1, 60), st.floats(0.01, 1))
+def test_the_tier_interval_is_the_cheapest_whole_number_of_steps(cost, mtbf, step, served) -> None:
+    k = pj.tier_interval(cost, mtbf, step, served)
+
+    def waste(n: int) -> float:
+        return cost / n + served * (n - 1) / 2 * step / mtbf
+
+    assert k >= 1
+    assert waste(k) <= min(waste(n) for n in range(1, 4 * k + 50)) + 1e-15
+
+
+def test_a_tier_interval_divides_the_cost_and_loses_half_of_it_per_fault() -> None:
+    every = {"tiers": pj.Mechanism(memory_tiers=True, tier_cost=0.04, tier_every=5)}
+    t = row(pj.project(inputs(every, step_s=4.0), 16384), "tiers")
+    assert t.waste["tiers"] == pytest.approx(0.04 / 5) and t.tier_every == 5
+    assert t.lost_s == pytest.approx(0.78 * 2 * 4.0 + 0.12 * 3 * 4.0 + 0.1 * 2 * 4.0)
+    auto = row(pj.project(inputs({"tiers": pj.Mechanism(memory_tiers=True, tier_cost=0.04,
+                                                        tier_every=0)}, step_s=4.0), 16384),
+               "tiers")
+    assert auto.tier_every == pj.tier_interval(0.04, auto.mtbf_s, 4.0, 1.0) > 1
+    assert auto.goodput >= t.goodput
+
+
 def test_missing_inputs_are_said() -> None:
     with pytest.raises(pj.PlanError, match="--step-time"):
         pj.project(inputs({"tiers": pj.Mechanism(memory_tiers=True)}), 8)
@@ -106,9 +151,6 @@ def test_cli_prints_inputs_and_never_calls_the_target_met(tmp_path) -> None:
     assert bad.exit_code == 2 and "NAME=K:FALLBACK" in bad.output
 
 
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 from resilient_slurm.cli import plan as plan_cli  # noqa: E402
 
 secs = st.floats(0, 1e5, allow_nan=False).map(lambda x: round(x, 3))
@@ -136,7 +178,8 @@ def test_any_flag_text_is_parsed_or_refused_in_words(text) -> None:
     for call in (lambda: pj.parse_cost(text),
                  lambda: plan_cli._mechanism_flags({}, (text,), (), ()),
                  lambda: plan_cli._mechanism_flags({}, (), (text,), ()),
-                 lambda: plan_cli._mechanism_flags({}, (), (), (text,))):
+                 lambda: plan_cli._mechanism_flags({}, (), (), (text,)),
+                 lambda: plan_cli._mechanism_flags({}, (), (), (), (text,))):
         try:
             call()
         except pj.PlanError:
