@@ -230,8 +230,9 @@ def _fill_merged(target: Any, own: Any, subs: list[Any], lay: dict[str, Any],
             if list(full.shape) != list(shape) or list(full.shape) != list(target.shape):
                 raise ShapeMismatch(f"{prefix}: merged shape {list(full.shape)}, saved "
                                     f"{shape}, target {list(target.shape)}")
-            piece = distribute_tensor(full, target.device_mesh, target.placements,
-                                      src_data_rank=None).to_local()
+            # every rank holds the whole tensor: cut its piece locally, on the mesh's device
+            piece = distribute_tensor(full.to(target.to_local().device), target.device_mesh,
+                                      target.placements, src_data_rank=None).to_local()
         elif kind == "replicate":
             piece = subs[0]
         else:
