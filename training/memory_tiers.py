@@ -12,6 +12,7 @@ fresh optimizer is dropped again, so a fresh run equals one without tiers bit fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,6 +30,29 @@ def copy_state(x: Any) -> Any:
     return x
 
 
+def load_into(load: Callable[[dict[str, Any]], int | None], model: torch.nn.Module,
+              optimizer: torch.optim.Optimizer, extra: bool = False,
+              newer_than: int | None = None) -> tuple[int, dict[str, Any]] | None:
+    """Fill the model and optimizer from ``load`` (a tiers' load, filling a state dict in
+    place) when it finds a step newer than ``newer_than``: ``(step, state)``, ``state`` with
+    the saved ``extra`` when asked. Else None, and the model and optimizer are exactly as
+    before: the tiers fill a copy, never the live tensors, and the optimizer state
+    ``get_state_dict`` initializes on a fresh optimizer is dropped again."""
+    fresh = not optimizer.state
+    msd, osd = get_state_dict(model, optimizer)
+    state: dict[str, Any] = {"model": copy_state(msd), "optim": copy_state(osd)}
+    if extra:
+        state["extra"] = {}
+    step = load(state)
+    if step is None or (newer_than is not None and step <= newer_than):
+        if fresh:
+            optimizer.state.clear()  # get_state_dict's zero-grad, lr-0 step: no trace
+        return None
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    return int(step), state
+
+
 class MemoryTiers:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -40,19 +64,12 @@ class MemoryTiers:
             return disk_step
         from resilient_slurm import checkpoint
 
-        fresh = not optimizer.state
-        msd, osd = get_state_dict(model, optimizer)
-        state = {"model": copy_state(msd), "optim": copy_state(osd)}
-        step = checkpoint.load(state)
-        if step is None or step <= disk_step:
-            if fresh:
-                optimizer.state.clear()  # get_state_dict's zero-grad, lr-0 step: no trace
+        got = load_into(checkpoint.load, model, optimizer, newer_than=disk_step)
+        if got is None:
             return disk_step
-        set_state_dict(model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-        got = checkpoint.configure().last_load.get("tier")
-        self.tier = str(got) if got else None
-        return step
+        tier = checkpoint.configure().last_load.get("tier")
+        self.tier = str(tier) if tier else None
+        return got[0]
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              step: int) -> float:

@@ -26,10 +26,10 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from resilient_slurm.checkpoint import Tiers
-from resilient_slurm.training.memory_tiers import copy_state
+from resilient_slurm.training.memory_tiers import load_into
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,20 +77,13 @@ class MemoryState:
         """Collective: restore the newest step every rank of this world can get; None when no
         tier holds a complete step (fresh start, or too much lost: use the disk checkpoint).
         On None the model and optimizer are exactly as before."""
-        fresh = not optimizer.state
-        msd, osd = get_state_dict(model, optimizer)
-        state: dict[str, Any] = {"model": copy_state(msd), "optim": copy_state(osd),
-                                 "extra": {}}
-        step = self.tiers.load(state)
-        if step is None:
-            if fresh:
-                optimizer.state.clear()  # get_state_dict's zero-grad, lr-0 step: no trace
+        loaded = load_into(self.tiers.load, model, optimizer, extra=True)
+        if loaded is None:
             return None
-        set_state_dict(model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        step, state = loaded
         got = self.tiers.last_load
         resharded = got.get("resharded_from")
-        return Restored(int(step), dict(state.get("extra") or {}),
+        return Restored(step, dict(state.get("extra") or {}),
                         int(resharded) if resharded is not None else None,
                         str(got.get("tier")))
 
