@@ -233,6 +233,30 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
         click.echo(text, nl=False)
 
 
+@main.command("watch")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Config file (default /etc/resilient-slurm/config.toml).")
+@click.option("--node", help="Node name (default $SLURMD_NODENAME or the short hostname).")
+@click.option("--ticks", type=click.IntRange(min=1),
+              help="Stop after this many looks (default: run until SIGTERM).")
+def watch_cmd(config_path: str | None, node: str | None, ticks: int | None) -> None:
+    """The node watcher, a root service: publish a failing node within seconds.
+
+    \b
+    Every [hooks] watch_interval_s (2 s) it runs the cheap NVML checks ([hooks]
+    watch_checks: GPU count and lost GPUs, ECC, row remapping, recovery action) and, when
+    they fail, does at once what the next HealthCheckProgram run would: publishes the
+    verdict (source `watch`) and drains the node (`rhc:` reason, fleet guard included).
+    It never clears a verdict, never resumes, never acts on `unknown`: the health program
+    stays the authority. Run it from a service manager (docs/hooks.md has a systemd unit).
+    """
+    from resilient_slurm.hooks.watch import watch_main
+
+    argv = [*(["--config", config_path] if config_path else []),
+            *(["--node", node] if node else []), *(["--ticks", str(ticks)] if ticks else [])]
+    sys.exit(watch_main(argv))
+
+
 @main.command("scenarios")
 def scenarios_cmd() -> None:
     """List the shipped simulation scenarios."""

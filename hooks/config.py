@@ -6,12 +6,16 @@ sandbox where several nodes share one host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from resilient_slurm.config_schema import ConfigError, check_finite, register_section
 from resilient_slurm.healthcheck.config import DIAG_LEVEL_BUDGET_S
 from resilient_slurm.verdict_file import DEFAULT_PATH as DEFAULT_VERDICT_PATH
+
+# The node watcher's default checks: NVML's one-shot answers (a lost GPU, ECC, row remapping,
+# NVML's recovery action); a kernel-log check would move the health program's read position.
+WATCH_CHECKS = ("gpu_count", "ecc", "row_remap", "recovery_action")
 
 
 @register_section("hooks")
@@ -54,6 +58,11 @@ class HooksConfig:
     epilog_diag_budget_s: float = 0.0  # 0: DIAG_LEVEL_BUDGET_S[epilog_diag_level]
     prolog_epilog_timeout_s: float = 120.0  # slurm.conf PrologEpilogTimeout
     memory_tier_dir: str = "/dev/shm"  # the epilog removes <dir>/<job id> (empty: never)
+    # The node watcher (`resilient-health watch`, hooks/watch.py): these checks every
+    # watch_interval_s, each run bounded by watch_budget_s; NVML only (no kernel log).
+    watch_interval_s: float = 2.0
+    watch_budget_s: float = 5.0
+    watch_checks: list[str] = field(default_factory=lambda: list(WATCH_CHECKS))
 
     # Every numeric key's range (inclusive), checked at load; PrologEpilogTimeout is a uint16.
     BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
@@ -64,6 +73,7 @@ class HooksConfig:
         # the fleet guard's keys (branch health-holds), bounded as its validate() does
         "max_drain_fraction": (0, 1), "max_drains_per_interval": (0, 1_000_000),
         "drain_interval_s": (1, 7 * 86_400),
+        "watch_interval_s": (0.2, 3600), "watch_budget_s": (0.1, 600),
     }
 
     def diag_budget_s(self) -> float:
@@ -92,6 +102,9 @@ class HooksConfig:
             raise ConfigError("hooks.health_budget_s",
                               "budget + 2 x slurm_timeout_s + lock_timeout_s must stay under "
                               "Slurm's 60 s HealthCheckProgram limit")
+        if not self.watch_checks:
+            raise ConfigError("hooks.watch_checks", "name at least one check (the default: "
+                              f"{', '.join(WATCH_CHECKS)})")
         if self.epilog_diag_level not in (1, 2, 3, 4):
             raise ConfigError("hooks.epilog_diag_level", "must be 1, 2, 3 or 4")
         overhead = 2 * self.slurm_timeout_s + self.lock_timeout_s

@@ -21,6 +21,8 @@ SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main"),
     "healthcheck": ("resilient_slurm.healthcheck.hook", "health_main"),
+    # The node watcher: a service (docs/hooks.md), not a slurm.conf hook.
+    "watch": ("resilient_slurm.hooks.watch", "watch_main"),
 }
 
 SKELETON = """\

@@ -98,6 +98,7 @@ class EventKind(StrEnum):
     HOOK_ERROR = "hook_error"  # a configuration the hook needs is bad (exit 2)
     HEALTH_YIELDED = "health_yielded"  # a health run gave way to a starting job
     HEALTH_SKIPPED = "health_skipped"  # another health run holds the health lock
+    WATCH_START = "watch_start"  # the node watcher (resilient-health watch) started
     HOLD = "hold"  # a failing check now keeps the node drained until it passes again
     HOLD_RELEASED = "hold_released"  # ... it passed, the node rebooted, or an admin cleared it
     FLEET_GUARD = "fleet_guard"  # many nodes fail alike: this one is kept up, not drained
@@ -144,7 +145,8 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.REBOOT: (NodeAction,), EventKind.RESUME: (NodeAction, TrainingResume),
     EventKind.DRAIN_SKIPPED: (DrainSkipped,), EventKind.ACTION_FAILED: (ActionFailed,),
     EventKind.HOOK_ERROR: (HookNote,), EventKind.HEALTH_YIELDED: (HookNote,),
-    EventKind.HEALTH_SKIPPED: (HookNote,), EventKind.HOLD: (Hold,),
+    EventKind.HEALTH_SKIPPED: (HookNote,), EventKind.WATCH_START: (HookNote,),
+    EventKind.HOLD: (Hold,),
     EventKind.HOLD_RELEASED: (HoldReleased,), EventKind.FLEET_GUARD: (FleetGuard,),
     EventKind.LAUNCH_START: (LaunchStart,), EventKind.CYCLE_START: (CycleStart,),
     EventKind.CYCLE_END: (CycleEnd,), EventKind.STOP_CYCLE: (StopCycle,),

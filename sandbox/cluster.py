@@ -257,7 +257,14 @@ def _is_daemon(paths: Paths, info: Proc) -> bool:
         return f"--socket={paths.munge_socket}" in argv
     if info.exe.startswith(("slurmctld", "slurmd")):
         return paths.conf in argv
-    return any(a.endswith("stallhelper.py") for a in argv)
+    watcher = watch_shim(paths)
+    return any(a.endswith("stallhelper.py") or a == watcher for a in argv)
+
+
+def watch_shim(paths: Paths) -> str:
+    """The node watcher's shim the hooks' ``install`` wrote (``hooks/install.py``: ``SHIMS``);
+    a sandbox ``up --watch`` runs it on every node as root, with ``SLURMD_NODENAME``."""
+    return paths.p("libexec", "resilient-slurm", "watch")
 
 
 def members(paths: Paths) -> Members:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -138,6 +139,8 @@ def up(
     config_extra: str = "",
     timing: str = "fast",
     user: str | None = None,
+    watch: bool = False,
+    health_interval: int | None = None,
 ) -> Paths:
     """Start a sandbox of ``nodes`` nodes under ``root`` and return once all are idle.
 
@@ -148,9 +151,19 @@ def up(
     :data:`cluster.TIMINGS`; production tracks processes with proctrack/cgroup where this host
     allows it (else linuxproc: :func:`tracking` says which and why). ``user`` names the
     unprivileged account jobs are submitted as (default ``rsjob``, created if missing);
-    :func:`job_user` returns it.
+    :func:`job_user` returns it. ``watch`` (with ``hooks``) also runs the node watcher
+    (``resilient-health watch``, ``hooks/watch.py``) on every node, as root, as a production
+    node would run it as a service: a failing node is published and drained within seconds.
+    ``health_interval``: HealthCheckInterval in place of the timing's (300 is common on
+    production clusters).
     """
     profile = timing_profile(timing)
+    if health_interval is not None:
+        if not 1 <= health_interval <= 86_400:
+            raise SandboxError("the health interval must be 1 to 86400 s")
+        profile = dataclasses.replace(profile, health_interval=health_interval)
+    if watch and not hooks:
+        raise SandboxError("--watch runs the hooks' node watcher: it needs --hooks")
     if nodes < 1 or nodes > 64:
         raise SandboxError("--nodes must be between 1 and 64")
     progs = preflight()
@@ -216,6 +229,8 @@ def up(
         "proctrack_reason": tracking.reason,
         "user": account.to_json(),
         "started_at": time.time(),
+        "watch": watch,
+        "health_interval": profile.health_interval,
     }
 
     def record(pid: int, role: str) -> None:
@@ -250,6 +265,8 @@ def up(
 
         wait_for(all_idle, timeout, "all nodes idle", paths.p("log"))
         privileges.harden(paths, names)
+        for n in names if watch else ():
+            record(nodefaults.start_watcher(paths, n), f"watch-{n}")
     except (SandboxError, SlurmError, OSError) as exc:
         down(paths.root, quiet=True)
         raise SandboxError(str(exc)) from None
@@ -361,6 +378,10 @@ def tracking(root: str) -> cgroup.Tracking:
 
 def sandbox_timing(root: str) -> Timing:
     """The timing profile the sandbox under ``root`` runs with."""
-    name = read_meta(Paths(root)).get("timing", "fast")
-    return timing_profile(str(name))
+    meta = read_meta(Paths(root))
+    profile = timing_profile(str(meta.get("timing", "fast")))
+    interval = meta.get("health_interval")
+    if isinstance(interval, int) and interval != profile.health_interval:
+        profile = dataclasses.replace(profile, health_interval=interval)
+    return profile
 

@@ -31,6 +31,7 @@ from resilient_slurm.sandbox.cluster import (
     find_program,
     members,
     read_meta,
+    watch_shim,
     write_meta,
 )
 from resilient_slurm.sandbox.controller import Stall, start_stall
@@ -128,11 +129,29 @@ def node_processes(root: str, node: str) -> list[int]:
     return list(dict.fromkeys([*steps, *descendants(steps, procs), *jobs]))
 
 
+def start_watcher(paths: Paths, node: str) -> int:
+    """Start ``node``'s node watcher (``resilient-health watch``: root, as its service would)."""
+    return spawn([watch_shim(paths)], paths.p("log", f"watch-{node}.out"),
+                 {**daemon_env(paths), "SLURMD_NODENAME": node})
+
+
+def _watcher(paths: Paths, node: str) -> int | None:
+    """``node``'s running watcher (None: none, or the sandbox runs without)."""
+    daemons = read_meta(paths).get("daemons")
+    pid = daemons.get(f"watch-{node}") if isinstance(daemons, dict) else None
+    return pid if isinstance(pid, int) and pid in members(paths).daemons else None
+
+
 def node_kill(root: str, node: str) -> list[int]:
-    """SIGKILL ``node``'s slurmd, step daemons and job processes; returns the PIDs killed."""
+    """SIGKILL ``node``'s slurmd, node watcher, step daemons and job processes; returns the
+    PIDs killed."""
     pid = _require_slurmd(root, node)
+    watcher = _watcher(Paths(root), node)
     os.kill(pid, signal.SIGKILL)
     killed = [pid]
+    if watcher is not None:
+        os.kill(watcher, signal.SIGKILL)
+        killed.append(watcher)
     for _ in range(3):  # a task may fork while we look: look again
         pids = node_processes(root, node)
         if not pids:
@@ -159,9 +178,12 @@ def node_start(root: str, node: str, timeout: float = 60.0) -> int:
         raise SandboxError("slurmd not found")
     pid = spawn([exe, "-D", "-f", paths.conf, "-N", node], paths.p("log", f"slurmd-{node}.out"),
                 {**daemon_env(paths), NODE_ENV: node})
-    meta["pids"] = [*recorded_pids(meta), pid]
     daemons = meta.get("daemons")
-    meta["daemons"] = {**(daemons if isinstance(daemons, dict) else {}), node: pid}
+    started = {node: pid}
+    if meta.get("watch") and _watcher(paths, node) is None:  # the node's service comes back
+        started[f"watch-{node}"] = start_watcher(paths, node)
+    meta["pids"] = [*recorded_pids(meta), *started.values()]
+    meta["daemons"] = {**(daemons if isinstance(daemons, dict) else {}), **started}
     write_meta(paths, meta)
     slurm = connect(conf=paths.conf, backend="cli")
 
