@@ -91,6 +91,10 @@ class NodeWatch:
                 failed.append(n)
         return failed
 
+    def verdict_failing(self) -> bool:
+        """A fresh ``fail`` among the published verdicts (file reads only: cheap every tick)."""
+        return bool(self._verdict_fails())
+
     def _query(self) -> list[str]:
         """One single-node query per node: hook-drained nodes (returned) and flags (kept)."""
         self.last_query = self.clock()

@@ -8,8 +8,10 @@ signal (or a ``step_signal`` the tasks got: ``--signal=USR1@T`` without ``B:``),
 straggler monitor's new verdicts (not asked for when a signal already stops the cycle), the
 in-job restarts of this cycle, and every ``state_check_interval`` seconds, only when nothing
 else stops the cycle, the node watch (``nodewatch``, less the nodes level 0 left out under
-``--inprocess``). The order of these reasons is :func:`policy.stop_reason`'s; stopping the step
-is the supervisor's (``launcher/step.py``).
+``--inprocess``); a fresh ``fail`` in the published verdicts (file reads, no RPC) brings the
+node watch forward to this tick (the hooks' node watcher publishes within seconds). The
+order of these reasons is :func:`policy.stop_reason`'s; stopping the step is the
+supervisor's (``launcher/step.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class CycleWatch:
                               else {}, restarts.in_cycle(events, self.since, self.cycle_info_dir),
                               self.max_restarts)
         why = policy.stop_reason(seen)
-        if not why and time.monotonic() - self.last_check >= self.state_check_interval:
+        due = time.monotonic() - self.last_check >= self.state_check_interval
+        if not why and (due or self.nodes.verdict_failing()):
             self.last_check = time.monotonic()
             self.on_state_check()
             why = policy.stop_reason(replace(seen, node_fault=self._node_fault()))

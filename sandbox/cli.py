@@ -56,11 +56,20 @@ def sandbox() -> None:
 @click.option("--user", default=lifecycle.DEFAULT_USER, show_default=True,
               help="Unprivileged account jobs are submitted as (created with useradd if "
                    "missing); see `sandbox exec-as-user`.")
+@click.option("--watch/--no-watch", default=False, show_default=True,
+              help="Also run the node watcher (`resilient-health watch`, root) on every node, "
+                   "as a production node runs it as a service: a failing node is drained "
+                   "within seconds instead of at the next health run. Needs --hooks.")
+@click.option("--health-interval", type=click.IntRange(1, 86_400), default=None,
+              help="HealthCheckInterval in seconds in place of the timing's (10 fast, 30 "
+                   "production; 300 is common on real clusters).")
 @DIR_OPTION
-def up(nodes: int, hooks: bool, timing: str, user: str, root: str) -> None:
+def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool,
+       health_interval: int | None, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
     try:
-        paths = lifecycle.up(root, nodes, hooks=hooks, timing=timing, user=user)
+        paths = lifecycle.up(root, nodes, hooks=hooks, timing=timing, user=user, watch=watch,
+                             health_interval=health_interval)
         account = lifecycle.job_user(root)
     except (SandboxError, SlurmError) as exc:
         _fail(exc)
@@ -68,6 +77,8 @@ def up(nodes: int, hooks: bool, timing: str, user: str, root: str) -> None:
     click.echo(f"job user: {account.name} (uid {account.uid}), work dir {account.work_dir}")
     track = lifecycle.tracking(root)
     click.echo(f"process tracking: {track.proctrack}: {track.reason}")
+    if watch:
+        click.echo(f"node watcher on every node (logs: {paths.p('log', 'watch-NODE.out')})")
     click.echo(lifecycle.memory_summary(root))
     click.echo(f"SLURM_CONF={paths.conf}")
 
