@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import report
 from resilient_slurm.training.faults import Fault, compute_schedule
 
@@ -179,18 +178,17 @@ class Cluster:
 
 
 @contextmanager
-def sandbox(root: str, nodes: int = 4, timing: str = "fast") -> Iterator[Cluster]:
+def sandbox(root: str, nodes: int = 4, timing: str = "fast", watch: bool = True
+            ) -> Iterator[Cluster]:
+    """A sandbox for a benchmark or the demo; ``watch``: the hooks' node watcher runs on every
+    node (``resilient-health watch``), as on a production node that installs it."""
     from resilient_slurm.sandbox import lifecycle
 
-    paths = lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes))
     # The mechanisms run side by side, each with its own node fault at the same step: to the
     # hooks' fleet guard that looks like one shared cause. The faults are independent by
     # construction, so the guard is off here (docs/hooks.md#fleet-guard).
-    conf = lifecycle.config_path(paths)
-    with open(conf) as fh:
-        text = fh.read().replace("[hooks]\n", "[hooks]\nmax_drain_fraction = 1.0\n"
-                                 "max_drains_per_interval = 0\n", 1)
-    atomic_write(conf, text, mode=0o644)
+    lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes), watch=watch,
+                 hooks_extra="max_drain_fraction = 1.0\nmax_drains_per_interval = 0\n")
     try:
         yield Cluster(root, nodes)
     finally:

@@ -140,8 +140,10 @@ def prod_sandbox() -> Iterator[Paths]:
 @pytest.fixture(scope="session")
 def prod6_sandbox() -> Iterator[Paths]:
     """A 6-node sandbox with Slurm's production timeouts, for the node-loss acceptance tests
-    (a 3-node job among 6 nodes, as production jobs run beside others). Started on demand."""
-    yield from _start_sandbox(TEST_PREFIX + "prod6-", nodes=6, timing="production")
+    (a 3-node job among 6 nodes, as production jobs run beside others), with the hooks' node
+    watcher on every node (``resilient-health watch``, as a production node runs it). Started
+    on demand."""
+    yield from _start_sandbox(TEST_PREFIX + "prod6-", nodes=6, timing="production", watch=True)
 
 
 @dataclass(frozen=True)
