@@ -42,10 +42,15 @@ if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the e
 
 # Derived from the declarations beside each evaluator (registry.declare): check -> (gatherer,
 # NVML fields it needs), and the checks of each set in declaration order.
+# One order whatever imported the check modules first (a run's results, and so the first
+# failing result a drain reason names, follow it): by module, then as declared.
+_MODULE_ORDER = ("checks_fabric", "checks_gpu", "checks_log", "checks_net", "tools")
+_ORDERED = sorted(REGISTRY.values(), key=lambda d: _MODULE_ORDER.index(
+    d.evaluate.__module__.rsplit(".", 1)[-1]))
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    d.name: (d.source, d.fields) for d in REGISTRY.values()}
+    d.name: (d.source, d.fields) for d in _ORDERED}
 CHECK_SETS: dict[str, list[str]] = {
-    s: [d.name for d in REGISTRY.values() if s in d.sets] for s in SET_NAMES}
+    s: [d.name for d in _ORDERED if s in d.sets] for s in SET_NAMES}
 WATCHDOG_MARGIN_S = 0.3  # evaluation and output after the deadline
 TOOL_MARGIN_S = 0.25  # a tool's kill lands this long before the gather deadline
 

@@ -58,3 +58,17 @@ def test_the_report_excerpt_is_the_reports_own_format(line: str) -> None:
     rendered = report.render(report.Report(0.0, 300.0, faults=[row]), [])
     faults = rendered.splitlines()[rendered.splitlines().index("Faults:") + 1]
     assert faults == line
+
+
+def test_the_check_order_does_not_depend_on_which_module_was_imported_first() -> None:
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            "for m in sys.argv[1:]: importlib.import_module('resilient_slurm.healthcheck.' + m)\n"
+            "from resilient_slurm.healthcheck.engine import CHECKS\n"
+            "print(','.join(CHECKS))")
+    orders = {subprocess.run([sys.executable, "-c", code, *first], capture_output=True,
+                             text=True, check=True).stdout
+              for first in ([], ["checks_log"], ["checks_net", "checks_log", "checks_gpu"])}
+    assert len(orders) == 1, orders  # and so the drain reason above names the same cause

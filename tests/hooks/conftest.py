@@ -96,7 +96,9 @@ def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
         "[hooks]\n"
         f'state_dir = "{root}/nodes/{{node}}/hooks"\n'
         f'events_file = "{root}/events.jsonl"\n'
-        + (f'verdict_file = "{root}/verdicts/{{node}}.json"\n' if verdicts else "") +
+        # never the host's /var/lib/resilient-slurm: published here, or not at all
+        + (f'verdict_file = "{root}/verdicts/{{node}}.json"\n' if verdicts
+           else 'verdict_file = ""\n') +
         'slurm_bin_dir = "/nonexistent"\n'
         'slurm_conf = "/nonexistent/slurm.conf"\n'
         "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"

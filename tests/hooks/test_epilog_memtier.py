@@ -54,6 +54,7 @@ def test_the_epilog_removes_them_at_job_end(tmp_path) -> None:
         f'state_dir = "{tmp_path}/nodes/{{node}}/hooks"\n'
         f'events_file = "{tmp_path}/events.jsonl"\n'
         'slurm_bin_dir = "/nonexistent"\nslurm_conf = "/nonexistent/slurm.conf"\n'
+        'verdict_file = ""\n'
         f'memory_tier_dir = "{shm}"\n'
         "[health]\n"
         f'state_dir = "{tmp_path}/nodes/{{node}}/health"\n'

@@ -39,7 +39,7 @@ def test_prolog_keeps_the_health_programs_series(tmp_path: Path) -> None:
     config.write_text(
         f'[hooks]\nstate_dir = "{root}/nodes/{{node}}/hooks"\nevents_file = "{root}/ev.jsonl"\n'
         f'metrics_file = "{root}/prom/rhc.prom"\nslurm_bin_dir = "/nonexistent"\n'
-        'slurm_conf = "/nonexistent/slurm.conf"\n'
+        'slurm_conf = "/nonexistent/slurm.conf"\nverdict_file = ""\n'
         "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"
         f'[health]\nstate_dir = "{root}/nodes/{{node}}/health"\n'
         f'simulate = "{root}/nodes/{{node}}/scenario.toml"\nprofile = "p5.48xlarge"\n'
