@@ -73,13 +73,26 @@ def compare_md(name: str, sec: dict[str, Any]) -> list[str]:
     for r in sec["runs"]:
         w = r.get("swap")
         if w:
-            lines += ["", f"Spare swap ({r['mechanism']}), the node fault to the first step "
-                      f"after it, {w.get('total_s', '?')} s: detection and blame "
-                      f"{w['fault_to_blame_s']} s, blame to the new cycle on the spare "
-                      f"{w['blame_to_cycle_start_s']} s, the new cycle to its first step "
-                      f"{w.get('cycle_start_to_first_step_s', '?')} s (interpreters, imports, "
-                      "rendezvous, tier load: the part a pre-warmed standby would shorten)."]
+            lines += ["", swap_line(r["mechanism"], w)]
     return lines
+
+
+def swap_line(mech: str, w: dict[str, Any]) -> str:
+    """One sentence: where a spare swap's time went (``run_figures.swap_breakdown``)."""
+    stop = (f" (the step stopped {w['fault_to_stop_s']} s after the fault)"
+            if "fault_to_stop_s" in w else "")
+    pieces = [f"{w[k]} s {what}" for k, what in (
+        ("cycle_start_to_rendezvous_s", "to the last node's rendezvous join (srun, the node "
+         "shims, ft_launcher's start)"),
+        ("to_first_heartbeat_s", "to the last rank's first heartbeat (workers, imports, "
+         "process group, model, tier load)"),
+        ("first_heartbeat_to_step_s", "to the first step")) if k in w]
+    split = f": {'; '.join(pieces)}" if pieces else (
+        " (interpreters, imports, rendezvous, tier load)")
+    return (f"Spare swap ({mech}), the node fault to the first step after it, "
+            f"{w.get('total_s', '?')} s: detection and blame {w['fault_to_blame_s']} s{stop}, "
+            f"blame to the new cycle on the spare {w['blame_to_cycle_start_s']} s, the new "
+            f"cycle to its first step {w.get('cycle_start_to_first_step_s', '?')} s{split}.")
 
 
 def overhead(ref: dict[str, Any], rl: dict[str, Any]) -> dict[str, float]:

@@ -52,10 +52,13 @@ def tier_cost(with_tiers: str, without: str) -> dict[str, Any] | None:
 
 def swap_breakdown(events: list[dict[str, Any]]) -> dict[str, float] | None:
     """Where a spare swap's time goes, from the node fault (the harness's) to the first step
-    after it: until the launcher blamed the node (detection: the health program's verdict,
-    the failed restarts), blame to the new cycle on the spare (the step's stop and relaunch),
-    and the new cycle to its first step (interpreters, torch imports, rendezvous, the tier
-    load: what a pre-warmed standby would shorten)."""
+    after it: until the launcher blamed the node (detection: the node watcher's or the health
+    program's verdict, the failed restarts; within it, until the step was stopped), blame to
+    the new cycle on the spare (the relaunch), and the new cycle to its first step, in pieces
+    where the events show them: to the last node's rendezvous join (srun, the node shims,
+    ft_launcher's start and imports), to the last rank's first heartbeat (the workers' start,
+    torch imports, process group, model build, tier load) and to the first step: what a
+    pre-warmed standby would shorten."""
     evs = sorted(events, key=lambda e: float(e.get("ts", 0)))
     fault = next((e for e in evs if e.get("kind") == EventKind.FAULT
                   and e.get("source") == "training" and e.get("type") == "node"), None)
@@ -72,13 +75,26 @@ def swap_breakdown(events: list[dict[str, Any]]) -> dict[str, float] | None:
                   and float(e["ts"]) >= float(spare["ts"])), None)
     if cycle is None:
         return None
+    stop = next((e for e in after if e.get("kind") in (EventKind.STOP_CYCLE, EventKind.CYCLE_END)
+                 and float(e["ts"]) <= float(blame["ts"])), None)
     step = next((e for e in after if e.get("kind") == EventKind.PROGRESS
                  and float(e["ts"]) >= float(cycle["ts"])), None)
     out = {"fault_to_blame_s": float(blame["ts"]) - t0,
            "blame_to_cycle_start_s": float(cycle["ts"]) - float(blame["ts"])}
+    if stop is not None:
+        out["fault_to_stop_s"] = float(stop["ts"]) - t0
     if step is not None:
-        out["cycle_start_to_first_step_s"] = float(step["ts"]) - float(cycle["ts"])
-        out["total_s"] = float(step["ts"]) - t0
+        c, f = float(cycle["ts"]), float(step["ts"])
+        out["cycle_start_to_first_step_s"] = f - c
+        out["total_s"] = f - t0
+        within = [e for e in after if c <= float(e.get("ts", 0)) <= f]
+        rdzv = [float(e["ts"]) for e in within if e.get("kind") == EventKind.RENDEZVOUS]
+        beats = [float(e["ts"]) for e in within if e.get("kind") == EventKind.FIRST_HEARTBEAT]
+        if rdzv:
+            out["cycle_start_to_rendezvous_s"] = max(rdzv) - c
+        if beats:
+            out["to_first_heartbeat_s"] = max(beats) - (max(rdzv) if rdzv else c)
+            out["first_heartbeat_to_step_s"] = f - max(beats)
     return {k: round(v, 1) for k, v in out.items()}
 
 

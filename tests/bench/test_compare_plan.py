@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import compare  # noqa: E402
+import render  # noqa: E402
 import run_figures  # noqa: E402
 
 
@@ -146,3 +147,24 @@ def test_worker_pids_finds_only_that_jobs_worker_on_that_node(tmp_path) -> None:
             proc.kill()
             proc.wait()
         subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "gated_train.py")], check=False)
+
+
+def test_swap_breakdown_splits_the_stop_and_the_new_cycles_start() -> None:
+    evs = [{"ts": 100.0, "kind": "fault", "source": "training", "type": "node"},
+           {"ts": 103.0, "kind": "stop_cycle", "reason": "node fault: n2"},
+           {"ts": 106.0, "kind": "blame", "nodes": ["n2"]},
+           {"ts": 106.1, "kind": "spare", "node": "n4", "out": "n2"},
+           {"ts": 106.2, "kind": "cycle_start"},
+           {"ts": 109.0, "kind": "rendezvous", "node": "n1"},
+           {"ts": 110.2, "kind": "rendezvous", "node": "n4"},
+           {"ts": 113.0, "kind": "first_heartbeat", "rank": 0},
+           {"ts": 114.2, "kind": "first_heartbeat", "rank": 1},
+           {"ts": 115.0, "kind": "progress", "step": 6}]
+    w = run_figures.swap_breakdown(evs)
+    assert w == {"fault_to_blame_s": 6.0, "blame_to_cycle_start_s": 0.2, "fault_to_stop_s": 3.0,
+                 "cycle_start_to_first_step_s": 8.8, "total_s": 15.0,
+                 "cycle_start_to_rendezvous_s": 4.0, "to_first_heartbeat_s": 4.0,
+                 "first_heartbeat_to_step_s": 0.8}
+    line = render.swap_line("m", w)
+    assert "the step stopped 3.0 s after the fault" in line
+    assert "4.0 s to the last node's rendezvous join" in line and "0.8 s to the first step" in line
