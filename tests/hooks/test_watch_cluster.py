@@ -15,7 +15,7 @@ import pytest
 from resilient_slurm import verdict_file
 from resilient_slurm.sandbox import nodefaults
 from resilient_slurm.sandbox.cluster import members, read_meta
-from resilient_slurm.slurm import connect
+from resilient_slurm.slurm import Node, connect
 
 from ..conftest import TEST_PREFIX, _start_sandbox, wait_until
 from .conftest import PREFIX, events, fault, run_health_as_slurm
@@ -29,8 +29,9 @@ def watched():
 
 
 def _watcher(paths, node: str) -> int | None:
-    pid = read_meta(paths)["daemons"].get(f"watch-{node}")
-    return pid if pid in members(paths).daemons else None
+    daemons = read_meta(paths)["daemons"]
+    pid = daemons.get(f"watch-{node}") if isinstance(daemons, dict) else None
+    return pid if isinstance(pid, int) and pid in members(paths).daemons else None
 
 
 def test_the_watcher_drains_a_lost_gpu_within_seconds_and_never_resumes(watched):
@@ -39,7 +40,12 @@ def test_the_watcher_drains_a_lost_gpu_within_seconds_and_never_resumes(watched)
     wait_until(lambda: events(watched, kind="watch_start", node="node2"), timeout=30)
     fault(watched, "node2", "xid79")
     # the health program's next run is up to 300 s away: only the watcher can be this quick
-    node = wait_until(lambda: (n := slurm.node("node2")).drain and n, timeout=20)
+    def drained() -> Node | None:
+        n = slurm.node("node2")
+        return n if n.drain else None
+
+    node = wait_until(drained, timeout=20)
+    assert node is not None
     assert node.reason.startswith(PREFIX) and "gpu3" in node.reason
     assert events(watched, kind="drain", node="node2", source="watch")
     published = json.loads(open(watched.p("verdicts", "node2.json")).read())
