@@ -16,7 +16,8 @@ Contract:
   never acts on ``unknown`` (an NVML call that timed out under load): the health program
   stays the authority that clears, and that fails closed on what it cannot read.
 * Each distinct failure is acted on once (the same status and codes on later ticks: nothing),
-  and again when it changes or after a healthy tick.
+  and again when it changes or after a healthy tick; a drain Slurm refused then (the
+  controller unreachable: an ``action_failed`` event) is the next health run's to retry.
 * It yields to a starting job (a prolog holds ``job-start.lock``), as the health program does,
   and never takes ``health.lock`` (a health run is never skipped for it).
 * A data source left wedged in a thread (NVML hung past its timeout: the call cannot be
