@@ -32,6 +32,7 @@ as a production node's dmesg is); arguments: ``--config``, ``--node`` (default
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -48,19 +49,19 @@ from resilient_slurm.hooks.context import HookContext
 SOURCE = "watch"
 
 
+def _positive(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r}: a whole number >= 1")
+    return int(raw)
+
+
 def _ticks(argv: Sequence[str]) -> tuple[int | None, list[str]]:
-    """Split ``--ticks N`` off ``argv`` (the rest is the hooks' ``--config``/``--node``)."""
-    rest, ticks, it = [], None, iter(argv)
-    for a in it:
-        if a == "--ticks" or a.startswith("--ticks="):
-            raw = a.partition("=")[2] if "=" in a else next(it, "")
-            if not raw.isdigit() or int(raw) < 1:
-                print(f"resilient-watch: --ticks {raw!r}: a whole number >= 1", file=sys.stderr)
-                raise SystemExit(2)
-            ticks = int(raw)
-        else:
-            rest.append(a)
-    return ticks, rest
+    """Split ``--ticks N`` off ``argv`` (the rest is the hooks' ``--config``/``--node``, parsed
+    by ``entry.guarded``); a bad value exits 2, as argparse does."""
+    parser = argparse.ArgumentParser(prog="resilient-watch", add_help=False)
+    parser.add_argument("--ticks", type=_positive)
+    known, rest = parser.parse_known_args(argv)
+    return known.ticks, rest
 
 
 def watch_main(argv: Sequence[str] | None = None) -> int:
