@@ -49,6 +49,9 @@ batch host), else the job is requeued with the node in ExcNodeList.
 With --spares K the training runs on N = allocated - K nodes and a blamed node is
 swapped for a standby whose published health verdict is ok: same world size, no
 requeue, no shrink; with no healthy spare left, as above (docs/launcher.md).
+With --spares K --inprocess every node runs ranks and the K nodes' ranks stand by
+inside the training's level 0 (torch imported, waiting); a lost rank's place is
+taken by a standby in the live processes, no new process (docs/inprocess.md).
 \b
 State (--state-dir): events.jsonl (every cycle, fault, hang detection, blame, exclusion,
 release, requeue, verdict; training events land there too via RESILIENT_EVENTS_FILE),
@@ -116,7 +119,8 @@ class TorchrunCommand(click.Command):
                    "blamed node (lost GPU, node down, the hooks' fail) is swapped for a spare "
                    "whose published verdict is ok, inside the allocation (same world size; "
                    "the spare's ranks restore from the peers' memory-tier copies). None left: "
-                   "shrink (--min-nodes) or requeue. K >= 0, leaving >= 1 training node.")
+                   "shrink (--min-nodes) or requeue. K >= 0, leaving >= 1 training node. "
+                   "With --inprocess the spares' ranks stand by inside level 0 instead.")
 @click.option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
               help="In-job restarts (ft_launcher) per cycle, counted for the whole job: one "
                    "fault is one restart however many nodes restart for it.")
@@ -240,10 +244,12 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         train = spares.check(spares_k, len(alloc.nodes), min_nodes)
     except spares.SpareError as exc:
         _die(str(exc))
-    if spares_k and inprocess:
-        _die("--spares with --inprocess is not supported: level 0 leaves a bad node's ranks "
-             "out in the same processes, a spare joins only in a new cycle (docs/launcher.md)")
-    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir, spares=spares_k,
+    if spares_k and inprocess and not nproc_per_node.isdigit():
+        _die(f"--spares with --inprocess needs a number of ranks per node (--nproc-per-node "
+             f"{nproc_per_node!r}): the spares' ranks are counted to stand them by")
+    # --inprocess: the spares run ranks from the start, standing by inside the training's
+    # level 0 (inprocess_plan.worker_env); the launcher keeps every node in the step.
+    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir, spares=0 if inprocess else spares_k,
                    min_nodes=min_nodes or train, max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
@@ -278,11 +284,15 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
 
                 batch = [alloc.batch_node] if alloc.batch_node else []
                 addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
-                opts.extra_env.update(inprocess_plan.worker_env(addr, cfg.min_nodes,
-                                                                nproc_per_node))
+                opts.extra_env.update(inprocess_plan.worker_env(
+                    addr, cfg.min_nodes, nproc_per_node, train if spares_k else 0))
         except inprocess_plan.InprocessPlanError as exc:
             _die(str(exc))
     if dry_run:
+        if inprocess and spares_k:
+            click.echo(f"hot spares: {spares_k} node(s) of ranks standing by in level 0 "
+                       f"(--spares {spares_k} --inprocess): {train} node(s) train, every node "
+                       "runs ranks; the standbys are the last in the rendezvous's rank order")
         _print_plan(slurm, alloc, opts, features, cfg)
         return
     try:

@@ -80,11 +80,16 @@ def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: 
     return f"{min_nodes}:{nnodes}", ["--ft-restart-policy=min-healthy"]
 
 
-def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str) -> dict[str, str]:
-    """What the ranks need: where the store is and the fewest ranks level 0 may run on."""
+def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str,
+               train_nodes: int = 0) -> dict[str, str]:
+    """What the ranks need: where the store is, the fewest ranks level 0 may run on and, with
+    hot spares (``train_nodes`` of the allocation's nodes train), how many ranks train: the
+    rest stand by in level 0 and one takes a lost rank's place (no new process)."""
     env = {"RESILIENT_INPROCESS_STORE": store_addr}
     if nproc_per_node.isdigit():
         env["RESILIENT_INPROCESS_MIN_WORLD"] = str(min_nodes * int(nproc_per_node))
+        if train_nodes:
+            env["RESILIENT_INPROCESS_ACTIVE_WORLD"] = str(train_nodes * int(nproc_per_node))
     return env
 
 

@@ -122,8 +122,12 @@ def handler(events: list[dict[str, Any]], i: int, observed: bool = False
                 gone = set((before or {}).get("lost_ranks") or []) \
                     if (before or {}).get("level") == "inprocess" else set()
                 lost = ",".join(str(r) for r in e.get("lost_ranks") or [] if r not in gone)
-                how = "in-process restart (level 0" + (f", ranks {lost} left out)" if lost
-                                                       else ")")
+                # the world size kept with ranks lost: standbys (--spares) took their places
+                kept = lost and isinstance(e.get("world_size"), int) \
+                    and e.get("world_size") == (before or {}).get("world_size")
+                how = "in-process restart (level 0" + (
+                    f", a standby took ranks {lost}' place)" if kept
+                    else f", ranks {lost} left out)" if lost else ")")
             return how, j, found, rdzv
         elif _is_fault(e) and e.get("source") == "training":
             return how, None, found, rdzv

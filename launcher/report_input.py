@@ -14,7 +14,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "signal": (str,), "level": (str,), "mode": (str,), "reason": (str,), "message": (str,),
     "step": (int,), "cycle": (int,), "round": (int,), "exitcode": (int, str),
     "exit_code": (int, str), "local_rank": (int, str), "rank": (int, str), "requeue": (int, str),
-    "waited_s": _NUMBER, "excluded": (list,), "lost_ranks": (list,),
+    "waited_s": _NUMBER, "excluded": (list,), "lost_ranks": (list,), "world_size": (int,),
     "nodes": (list, dict),  # a list of names; step_timing: per node {compute_s, wait_s}
 }
 

@@ -104,6 +104,7 @@ class TrainingResume(TypedDict, total=False):
     source_state: str  # memory | disk | fresh
     lost_ranks: list[int] | None  # initial ranks no longer active
     lost_nodes: list[str] | None
+    standby_nodes: list[str] | None  # in-process hot spares (--inprocess --spares) waiting
 
 
 class Recovered(TypedDict, total=False):

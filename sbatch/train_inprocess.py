@@ -73,8 +73,6 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     marks.append(time.perf_counter())
     rank, world = ctx.rank, ctx.world_size
     node = os.environ.get("SLURMD_NODENAME")
-    if ctx.iteration == 0:
-        ctx.job_store.set(f"node/{ctx.initial_rank}", node or "")
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
 
@@ -116,14 +114,16 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     marks.append(time.perf_counter())
     phases = " ".join(f"{name} {b - a:.3f}" for name, a, b in
                       zip(("pg", "build", "ckpt", "restore"), marks, marks[1:], strict=False))
-    lost_nodes = sorted({ctx.job_store.get(f"node/{r}").decode() for r in ctx.lost} - {""})
-    log(f"world {world} (initial {ctx.initial_world_size}, lost {ctx.lost}), state from "
-        f"{source} at step {start} (s: {phases})")
+    lost_nodes = sorted(set(ctx.nodes_of(ctx.lost)) - {""})
+    standby_nodes = sorted(set(ctx.nodes_of(ctx.standby)) - {""})
+    log(f"world {world} (initial {ctx.initial_world_size}, lost {ctx.lost}, standing by "
+        f"{ctx.standby}), state from {source} at step {start} (s: {phases})")
     if events:
         events.emit(EventKind.RESUME, **TrainingResume(
             step=start, fresh=start == 0, world_size=world, node=node, virtual_dp=vdp,
             iteration=ctx.iteration, level="inprocess" if ctx.iteration else None,
             source_state=source, lost_ranks=ctx.lost, lost_nodes=lost_nodes,
+            standby_nodes=standby_nodes or None,
             restart=os.environ.get("TORCHELASTIC_RESTART_COUNT")))
     loss_value, step_time = math.nan, 0.0
     for step in range(start + 1, args.steps + 1):

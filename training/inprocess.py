@@ -57,11 +57,13 @@ import torch
 import torch.distributed as dist
 from nvidia_resiliency_ext import inprocess as nvrx
 
+from resilient_slurm.checkpoint import peers
 from resilient_slurm.training.memstate import MemoryState
 
 STORE_ENV = "RESILIENT_INPROCESS_STORE"  # host:port of the store the launcher hosts
 PREFIX_ENV = "RESILIENT_INPROCESS_PREFIX"  # one namespace per launch (level-1 restart)
 MIN_WORLD_ENV = "RESILIENT_INPROCESS_MIN_WORLD"  # fewer ranks: leave it to the level above
+ACTIVE_WORLD_ENV = "RESILIENT_INPROCESS_ACTIVE_WORLD"  # ranks beyond it stand by (hot spares)
 EXIT_BELOW_MIN = 75  # a rank left alone below the minimum exits with this code
 LOG_ENV = "RESILIENT_INPROCESS_LOG"  # monitor process log path, may contain {rank}
 WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
@@ -87,6 +89,7 @@ class Settings:
     pg_timeout: float = 60.0
     peer_every: int = 1
     min_world: int = 1
+    active_world: int = 0  # 0: every rank trains; N: ranks N.. stand by and fill a gap
     wake_interval: float = 0.05
     max_iterations: int = 20
     logfile: str | None = None  # monitor process log, may contain {rank}
@@ -105,6 +108,8 @@ class Settings:
         overrides.setdefault("logfile", env.get(LOG_ENV) or None)
         if env.get(MIN_WORLD_ENV, "").isdigit():
             overrides.setdefault("min_world", int(env[MIN_WORLD_ENV]))
+        if env.get(ACTIVE_WORLD_ENV, "").isdigit():
+            overrides.setdefault("active_world", int(env[ACTIVE_WORLD_ENV]))
         return cls(store=store, prefix=prefix, **overrides)
 
     def host_port(self) -> tuple[str, int]:
@@ -119,6 +124,19 @@ class Settings:
         if self.peer_every not in (0, 1):
             raise ValueError("peer_every must be 0 (no peer node's copy) or 1 (a copy of "
                              "every snapshot on the peer node)")
+        if self.active_world < 0 or 0 < self.active_world < self.min_world:
+            raise ValueError(f"active_world {self.active_world} must be 0 (every rank trains) "
+                             f"or at least min_world {self.min_world}")
+
+    def rank_assignment(self) -> Any:
+        """NVRx's rank assignment: by default the survivors shift down (the world shrinks);
+        with ``active_world`` N, ranks N and up stand by (inactive, torch imported, waiting
+        in the Wrapper) and a standby takes a lost rank's place (FillGaps: the survivors keep
+        their ranks, the world stays N while standbys last, then shrinks)."""
+        ra = nvrx.rank_assignment
+        if not self.active_world:
+            return nvrx.Compose(ra.ActivateAllRanks(), ra.ShiftRanks())
+        return nvrx.Compose(ra.MaxActiveWorldSize(self.active_world), ra.FillGaps())
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -274,6 +292,7 @@ class Context:
     initial_world_size: int
     iteration: int
     lost: list[int]  # initial ranks no longer active (killed or shrunk away)
+    standby: list[int]  # initial ranks standing by (Settings.active_world), not training
     store: torch.distributed.Store  # the app store, under this iteration's prefix
     job_store: torch.distributed.Store  # the app store, one prefix for the launch's life
     memory: MemoryState
@@ -298,6 +317,16 @@ class Context:
     def ping(self) -> None:
         self.call.ping()
 
+    def nodes_of(self, initial_ranks: list[int]) -> list[str]:
+        """The node each initial rank ran on (recorded by :func:`run` before the first
+        iteration; "" for a rank that never recorded one), without waiting for missing keys."""
+        out = []
+        for r in initial_ranks:
+            key = f"{NODE_KEY}/{r}"
+            out.append(self.job_store.get(key).decode()
+                       if self.job_store.check([key]) else "")
+        return out
+
     @contextmanager
     def atomic(self) -> Iterator[None]:
         with self.call.atomic():
@@ -315,10 +344,12 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
     state = call.state
     _trace(f"iteration {state.iteration}")
     kept.app_client = kept.app_client or _app_client(kept.settings)
-    lost = sorted(set(range(state.initial_world_size)) - _active_initial(call))
+    present = _initial_ranks(call, 0, state.world_size)
+    lost = sorted(set(range(state.initial_world_size)) - present)
+    standby = sorted(_initial_ranks(call, state.active_world_size, state.world_size))
     ctx = Context(rank=state.active_rank, world_size=state.active_world_size,
                   initial_rank=state.initial_rank, initial_world_size=state.initial_world_size,
-                  iteration=state.iteration, lost=lost,
+                  iteration=state.iteration, lost=lost, standby=standby,
                   store=torch.distributed.PrefixStore(
                       f"{kept.settings.prefix}/app/{state.iteration}/", kept.app_client),
                   job_store=torch.distributed.PrefixStore(
@@ -335,21 +366,41 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
     return fn(ctx)
 
 
-def _active_initial(call: Any) -> set[int]:
-    """Initial ranks of this iteration's active ranks (from the Wrapper's store)."""
+def _initial_ranks(call: Any, first: int, end: int) -> set[int]:
+    """Initial ranks of this iteration's ranks ``first..end-1`` (the Wrapper's numbering: the
+    active ones first, then those standing by), from the Wrapper's store."""
     state = call.state
+    if first >= end:
+        return set()
     try:
         store = nvrx.store.PrefixStore(state.iteration, call.base_store)
-        got = store.get_initial_ranks(range(state.world_size))
+        got = store.get_initial_ranks(range(first, end))
         return {int(x) for x in got}
     except Exception:  # informational only
-        return set(range(state.initial_world_size))
+        return set(range(state.initial_world_size)) if first == 0 else set()
 
 
 def _app_client(settings: Settings) -> torch.distributed.Store:
     host, port = settings.host_port()
     return torch.distributed.TCPStore(host, port, is_master=False,
                                       timeout=_td(settings.barrier_timeout))
+
+
+NODE_KEY = "node"  # job store: node/<initial rank> -> the node's name
+
+
+def _record_node(settings: Settings) -> None:
+    """Record which node this rank (``RANK``, its initial rank) runs on, once per launch,
+    before the Wrapper starts: a standby never enters the training function, and a lost
+    rank's node is named from this record."""
+    rank = os.environ.get("RANK", "")
+    if not rank.isdigit():
+        return
+    node = peers.node_name()
+    client = _app_client(settings)
+    torch.distributed.PrefixStore(f"{settings.prefix}/job/", client).set(
+        f"{NODE_KEY}/{rank}", node)
+    del client
 
 
 def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
@@ -370,6 +421,7 @@ def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
         completion_timeout=_td(settings.completion_timeout),
         last_call_wait=_td(settings.last_call_wait),
         monitor_process_logfile=settings.logfile,
+        rank_assignment=settings.rank_assignment(),
     )
 
 
@@ -381,6 +433,7 @@ def run(fn: TrainFn, settings: Settings) -> Any:
     if os.environ.get("RESILIENT_INPROCESS_TRACE") == "debug":
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     kept = _Kept(settings)
+    _record_node(settings)
     waker = Waker(settings.wake_interval)
     wrapped = wrapper(settings, waker, kept.sockets)(_iteration)
     # The Wrapper runs `while gc.collect()` before each restart: with torch imported a full

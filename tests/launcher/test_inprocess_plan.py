@@ -80,6 +80,10 @@ def test_worker_env() -> None:
     assert env == {"RESILIENT_INPROCESS_STORE": "10.0.0.1:4000",
                    "RESILIENT_INPROCESS_MIN_WORLD": "8"}
     assert "RESILIENT_INPROCESS_MIN_WORLD" not in ip.worker_env("h:1", 2, "auto")
+    # --spares: 3 of 4 nodes train, 4 ranks each: ranks 12.. stand by in level 0
+    assert ip.worker_env("h:1", 2, "4", train_nodes=3)["RESILIENT_INPROCESS_ACTIVE_WORLD"] \
+        == "12"
+    assert "RESILIENT_INPROCESS_ACTIVE_WORLD" not in ip.worker_env("h:1", 2, "4")
 
 
 @pytest.mark.train
@@ -128,6 +132,26 @@ def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:
     assert "--nnodes=2:3" in srun and "--ft-restart-policy=min-healthy" in srun
     assert "in-process level 1: ft_launcher --nnodes=2:3" in res.output
     assert "never hot spares" in res.output
+
+
+@pytest.mark.train
+def test_dry_run_inprocess_with_a_spare_runs_ranks_on_every_node(tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from resilient_slurm.launcher import cli
+
+    if _ft_launcher() is None:
+        pytest.skip("ft_launcher not installed")
+    _dry_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-4]")
+    res = CliRunner().invoke(cli.main, ["--dry-run", "--inprocess", "--spares=1",
+                                        "--checkpoint-dir", str(tmp_path / "ck"),
+                                        "train_fsdp.py"])
+    assert res.exit_code == 0, res.output
+    assert "hot spares: 1 node(s) of ranks standing by in level 0" in res.output
+    assert "3 node(s) train" in res.output
+    srun = next(line for line in res.output.splitlines() if line.startswith("srun "))
+    assert "--nodelist=node1,node2,node3,node4" in srun and "--nnodes=3:4" in srun
 
 
 def test_dry_run_inprocess_on_nvrx_06_is_exit_2(tmp_path, monkeypatch) -> None:
@@ -190,6 +214,26 @@ def test_report_names_level0() -> None:
     assert [f.handled_by for f in rows] == ["in-process restart (level 0, ranks 1 left out)",
                                             "in-job restart (ft_launcher)"]
     assert rows[0].recovery_s == 1.0 and rows[0].lost_steps == 0
+
+
+def test_report_names_a_standby_that_took_the_place() -> None:
+    """--inprocess --spares: ranks lost, the world size kept: a standby took their place."""
+    from resilient_slurm.launcher import report
+
+    def ev(ts: float, kind: str, **kw):
+        return {"ts": ts, "kind": kind, "source": "training", **kw}
+
+    events = [ev(0.1, "cycle_start", cycle=1),
+              ev(1, "resume", step=0, iteration=0, world_size=3, standby_nodes=["n4"]),
+              ev(6.5, "fault", type="node", step=6, node="n2"),
+              ev(7.5, "resume", step=5, iteration=1, level="inprocess", lost_ranks=[1],
+                 world_size=3),
+              ev(9.5, "fault", type="sigkill", step=8, node="n3"),
+              ev(11, "resume", step=7, iteration=2, level="inprocess", lost_ranks=[1, 2],
+                 world_size=2)]
+    assert [f.handled_by for f in report.build(events).faults] == [
+        "in-process restart (level 0, a standby took ranks 1' place)",
+        "in-process restart (level 0, ranks 2 left out)"]
 
 
 def test_report_names_only_the_ranks_each_level0_restart_left_out() -> None:

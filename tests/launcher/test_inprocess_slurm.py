@@ -121,3 +121,45 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
     assert kinds(state, "cycle_start")[-1]["nodes"] == ["node1", "node2"]
     lost = ",".join(str(r) for r in level0[0]["lost_ranks"])  # node3's rank (rendezvous order)
     assert handled(state)[0] == ("node", f"in-process restart (level 0, ranks {lost} left out)")
+
+
+def test_spare_stands_by_in_level0_and_takes_a_lost_nodes_place(slurm, clean, tmp_path):
+    """``--inprocess --spares 1`` on a 4-node allocation: every node runs a rank, 3 train and
+    the last in the rendezvous's rank order stands by inside level 0 (torch imported, in the
+    Wrapper). A node fault on training rank 1 (its GPU lost, its rank killed) is taken by the
+    standby in the live processes: no new process, no new cycle, no requeue, the world still
+    3 ranks, resumed at the step the dead rank finished last (its state from the peer node's
+    copy), and the digest of a fault-free 3-rank run."""
+    steps = 40
+    jid, _, state = submit(
+        slurm, clean, tmp_path, 4, [*LAUNCH, "--spares=1"],
+        ["--inprocess", "--fault=node@6@rank1"], steps=steps)
+    if REFUSED:
+        assert_refused(slurm, jid, tmp_path, state)
+        return
+    digest = fault_free(3, steps, tmp_path)
+    job = wait_job(slurm, jid, timeout=600)
+    log = log_of(tmp_path, jid)
+    assert job.state == "COMPLETED", log[-5000:]
+    assert job.restart_count == 0 and not kinds(state, "requeue")
+    assert digest in log
+    (cycle,) = kinds(state, "cycle_start")
+    assert len(cycle["nodes"]) == 4, cycle  # the spare runs ranks from the start
+    resumes = [e for e in kinds(state, "resume") if e.get("source") == "training"]
+    first = [e for e in resumes if not e.get("iteration")]
+    assert first and first[0]["world_size"] == 3, resumes
+    (standby,) = first[0]["standby_nodes"]
+    (swap,) = [e for e in resumes if e.get("level") == "inprocess"]
+    assert swap["world_size"] == 3 and swap["source_state"] == "memory", swap
+    assert swap["step"] == 5, "the dead rank finished step 5: 0 steps lost"
+    (lost,) = swap["lost_nodes"]
+    assert lost != standby and not swap.get("standby_nodes"), swap
+    assert [e["node"] for e in kinds(state, "left_out")] in ([], [lost])
+    assert not kinds(state, "stop_cycle"), "level 0 handled it; the step was never stopped"
+    took = ",".join(map(str, swap["lost_ranks"]))
+    assert handled(state)[0] == (
+        "node", f"in-process restart (level 0, a standby took ranks {took}' place)"), handled(state)
+    (fault,) = [e for e in kinds(state, "fault") if e.get("type") == "node"]
+    (back,) = [e for e in kinds(state, "recovered") if e.get("iteration") == swap["iteration"]]
+    print(f"\nin-process spare swap: the node fault to the first step after it "
+          f"{back['ts'] - fault['ts']:.1f} s ({lost} -> {standby})")

@@ -116,7 +116,8 @@ def _alloc(monkeypatch, tmp_path, nodes: str) -> None:
     (["--spares=-1"], "-1 is not in the range x>=0"),
     (["--spares=4"], "--spares 4 leaves 0 training node(s) in an allocation of 4"),
     (["--spares=1", "--min-nodes=4"], "--min-nodes 4 > 3 training node(s)"),
-    (["--spares=1", "--inprocess"], "--spares with --inprocess is not supported"),
+    (["--spares=1", "--inprocess", "--nproc-per-node=gpu"],
+     "--spares with --inprocess needs a number of ranks per node"),
 ])
 def test_cli_refuses_bad_spares(monkeypatch, tmp_path, argv, said) -> None:
     _alloc(monkeypatch, tmp_path, "node[1-4]")

@@ -41,7 +41,8 @@ def free_port() -> int:
 
 
 def run_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), world: int = 3,
-            extra: tuple[str, ...] = (), timeout: float = 300.0) -> JobResult:
+            extra: tuple[str, ...] = (), timeout: float = 300.0,
+            env_extra: dict[str, str] | None = None) -> JobResult:
     from resilient_slurm.training.store_host import serve
 
     store = serve("127.0.0.1", 0)  # hosted here, outside the ranks
@@ -60,7 +61,7 @@ def run_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), world: int 
                # each rank its own simulated node, with its own node memory
                "RESILIENT_NODE": f"n{rank}",
                "RESILIENT_TIER1_DIR": str(workdir / "shm" / "{node}"),
-               "RESILIENT_CKPT_JOB": "job"}
+               "RESILIENT_CKPT_JOB": "job", **(env_extra or {})}
         env.pop("RESILIENT_INPROCESS_PREFIX", None)
         log = open(workdir / f"rank{rank}.log", "w")
         logs.append(log)
