@@ -22,13 +22,17 @@ Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
   shrink 3 ranks to 2 from the peer copy). Its soft timeout (a hang's detection) is the
   heartbeat timeout the others get, so no mechanism finds a hang sooner by configuration; its
   hard timeout is 10 s more, and level 1's heartbeat timeout ``INPROCESS_HB_MARGIN_S`` above
-  that, as ``launcher/inprocess_plan.py`` requires.
+  that, as ``launcher/inprocess_plan.py`` requires;
+* ``resilient-launch --inprocess + 1 spare``: the same on one node more (``--spares 1
+  --inprocess``): every node runs a rank, the spare's stands by inside level 0 (torch
+  imported, waiting in NVRx's Wrapper) and takes a lost rank's place in the live processes,
+  the world size kept (``docs/inprocess.md``, "Hot spares in level 0").
 
 Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STEP@rankN``); the
 node fault is made by the harness as a GPU falling off the bus would be: the node's simulated
 hardware turns bad (``xid79``, seen only by the root HealthCheckProgram) and the rank on it
 dies, and a worker started there again fails at start (``bench/gated_train.py``). Nobody
-announces it: each mechanism finds it by its own means. All seven jobs run at the same time on
+announces it: each mechanism finds it by its own means. All eight jobs run at the same time on
 disjoint nodes of one sandbox (one thread per rank), so the machine's load drifts alike for all
 of them; the price is CPU contention: while one job waits (a requeue's ``cred_expire``) the
 others get more of the 2 cores, and step times are longer than with one job alone.
@@ -46,16 +50,16 @@ from typing import Any
 
 import harness
 from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
+from mechanisms import INPROCESS, INPROCESS_SPARE, SPARE
 from run_figures import step_median, swap_breakdown, tier_cost, timeline
 
 from resilient_slurm.events import EventKind
 
 TORCH_DEFAULT_PG_TIMEOUT_S = 1800  # torch.distributed default_pg_timeout (30 min)
-INPROCESS = "resilient-launch --inprocess"
-SPARE = "resilient-launch + tiers + 1 spare"
 MECHS = ("srun-torchrun", "resilient-launch (no faults)", "baseline", "ft_launcher",
-         "resilient-launch", SPARE, INPROCESS)
-SPARES = {SPARE: 1}  # hot spares a mechanism's allocation holds beyond the training's nodes
+         "resilient-launch", SPARE, INPROCESS, INPROCESS_SPARE)
+SPARES = {SPARE: 1, INPROCESS_SPARE: 1}  # hot spares an allocation holds beyond the training's
+LEVEL0 = (INPROCESS, INPROCESS_SPARE)  # the --inprocess mechanisms
 INPROCESS_HARD_EXTRA_S = 10.0  # level 0's hard timeout = soft timeout (= heartbeat) + this
 INPROCESS_HB_MARGIN_S = 15.0  # level 1's heartbeat timeout = hard timeout + this
 FAULT_FREE = MECHS[:2]
@@ -100,7 +104,7 @@ def train_args(wl: Workload, ckpt: str, faults: bool, mech: str = "", hb: float 
     """The training's arguments: the scheduled faults as targeted ones, the node fault left
     to the harness."""
     args = wl.train_args(ckpt, faults=False)
-    if mech == INPROCESS:
+    if mech in LEVEL0:
         args += ["--inprocess", "--soft-timeout", f"{hb:g}",
                  "--hard-timeout", f"{hb + INPROCESS_HARD_EXTRA_S:g}"]
     if mech == SPARE:
@@ -115,10 +119,12 @@ def train_args(wl: Workload, ckpt: str, faults: bool, mech: str = "", hb: float 
 def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, str], str]:
     """Batch script, its environment and the events file to read for one mechanism."""
     env = {"TRAIN_SCRIPT": str(GATED_TRAIN), "PYTHON": str(BIN / "python")}
-    if mech == INPROCESS:
+    if mech in LEVEL0:
         env.update(harness.resilient_env(hb + INPROCESS_HARD_EXTRA_S + INPROCESS_HB_MARGIN_S,
                                          min_nodes=2))
         env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
+        if mech in SPARES:
+            env["RESILIENT_LAUNCH_ARGS"] += f" --spares {SPARES[mech]}"
         return harness.FSDP_SBATCH, env, ""
     if mech.startswith("resilient-launch"):
         env.update(harness.resilient_env(hb))
@@ -188,7 +194,12 @@ class NodeFault:
             return
         job = self.cluster.slurm.job(self.jid)
         batch = job.extra.get("batch_host")
-        others = [n for n in job.nodes if n != batch]
+        # --inprocess --spares: a standby's rank does not train; a GPU lost there would cost
+        # the training nothing (the training's latest resume names the standbys)
+        standby = next((set(e.get("standby_nodes") or []) for e in reversed(
+            list(harness.read_events(self.events))) if e.get("kind") == EventKind.RESUME
+            and e.get("source") == "training"), set())
+        others = [n for n in job.nodes if n != batch and n not in standby]
         # A node that runs a worker now: after an in-process shrink a node of the allocation
         # may have none, and a GPU lost there would cost the training nothing.
         node = next((n for n in reversed(others) if worker_pids(self.jid, n, self.script)),
@@ -239,7 +250,7 @@ def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lo
         env["RESILIENT_LAUNCH_ARGS"] += f" --verdict-path {verdicts}"
     env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
     memory = ""
-    if mech in SPARES or mech == INPROCESS:  # memory tiers (--inprocess keeps its state
+    if mech in SPARES or mech in LEVEL0:  # memory tiers (--inprocess keeps its state
         # there too); the sandbox's nodes share this host's /dev/shm: a folder per node
         memory = env["RESILIENT_TIER1_DIR"] = os.path.join(d, "shm", "{node}")
     t = time.time()
@@ -290,7 +301,7 @@ def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str,
     out = {**asdict(r), "outcomes": harness.outcome_order(r),
            "timeline": timeline(j.events, j.submitted, extra),
            "step_s_median": step_median(j.events)}
-    if j.mech in SPARES:
+    if j.mech == SPARE:
         out["swap"] = swap_breakdown([*harness.read_events(j.events), *extra]
                                      if os.path.exists(j.events) else extra)
     if j.mech == "baseline":
@@ -305,16 +316,16 @@ def summarize(_c: harness.Cluster, j: Job, wl: Workload, hb: float) -> dict[str,
     return out
 
 
-def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 25,
+def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 29,
         mechs: tuple[str, ...] = MECHS) -> dict[str, Any]:
-    """All seven mechanisms at the same time, on disjoint nodes of one sandbox (22 nodes for
-    the jobs: 3 each, 4 for the one with a hot spare; 3 free nodes for requeues)."""
+    """All eight mechanisms at the same time, on disjoint nodes of one sandbox (26 nodes for
+    the jobs: 3 each, 4 for the two with a hot spare; 3 free nodes for requeues)."""
     wl = workload(density)
     prod = profile == "production"
     bounds = {"srun-torchrun": 1500, "resilient-launch (no faults)": 1500,
               "baseline": 2400 if prod else 1200, "ft_launcher": 1800 if prod else 900,
               "resilient-launch": 1500 if prod else 720, INPROCESS: 1500 if prod else 720,
-              SPARE: 1500 if prod else 720}
+              SPARE: 1500 if prod else 720, INPROCESS_SPARE: 1500 if prod else 720}
     res: dict[str, Any] = {
         "section": f"compare-{profile}-{density}", "profile": profile, "density": density,
         "workload": asdict(wl), "schedule": harness.describe_schedule(wl.schedule()),

@@ -342,13 +342,13 @@ def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out:
         fired.append(_key(e.get("step"), e.get("rank"), e.get("type")))
         high = max([int(x["step"]) for x in events[:i] if x.get("kind") == EventKind.PROGRESS],
                    default=0)
-        how, j, _, _ = report.handler(events, i)  # the report's classification
+        detail, j, _, _ = report.handler(events, i)  # the report's classification
         nxt = events[j] if j is not None else None
         # The bench's coarser wording: "in-job restart (ft_launcher)" -> "in-job restart".
-        how = how.split(" (")[0] if nxt is not None else "not recovered"
+        how = detail.split(" (")[0] if nxt is not None else "not recovered"
         faults.append({
             "step": e.get("step"), "rank": e.get("rank"), "type": e.get("type"),
-            "node": e.get("node"), "handled_by": how,
+            "node": e.get("node"), "handled_by": how, "detail": detail,
             "recovery_s": round(float(nxt["ts"]) - float(e["ts"]), 1) if nxt else None,
             "lost_steps": max(high - int(nxt.get("step") or 0), 0) if nxt else None})
     restarts = sum(1 for f in faults if f["handled_by"] == "in-job restart")

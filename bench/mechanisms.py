@@ -10,6 +10,7 @@ RL = "resilient-launch"
 RL_FREE = "resilient-launch (no faults)"
 INPROCESS = "resilient-launch --inprocess"
 SPARE = "resilient-launch + tiers + 1 spare"
+INPROCESS_SPARE = "resilient-launch --inprocess + 1 spare"  # the spare stands by in level 0
 PROCESS = ("exception", "sigkill")  # the process-fault class
 
 

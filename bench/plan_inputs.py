@@ -7,7 +7,17 @@ import statistics
 from typing import Any
 
 from curve_metrics import metric
-from mechanisms import PROCESS, REF, RL, RL_FREE, SPARE, by_mech, tier_figure
+from mechanisms import (
+    INPROCESS,
+    INPROCESS_SPARE,
+    PROCESS,
+    REF,
+    RL,
+    RL_FREE,
+    SPARE,
+    by_mech,
+    tier_figure,
+)
 
 DELTA_ASSUMED_S = 30.0  # checkpoint cost of a large model's save to training (an assumption)
 STEP_S_ASSUMED = 5.0  # a training step at 16,384 GPUs (memory tiers' lost work; assumed)
@@ -72,29 +82,36 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
                      "growth on one 2-core host is process start-up sharing the cores, which a "
                      "cluster's nodes do in parallel, so it is not extrapolated")
     options: dict[str, Any] = {}
-    sp, free = by_mech(sec).get(SPARE), by_mech(sec).get(RL_FREE)
-    if SPARE in mechs and RL in mechs and sp:
-        cost = tier_figure(sp, free, (sec.get("tier_cost") or {}).get(SPARE))[0]
+    free = by_mech(sec).get(RL_FREE)
+    # the level-0 spare's fallback with no spare left: level 0's shrink (the row without the
+    # spare), else resilient-launch's relaunch
+    fallbacks = {SPARE: RL, INPROCESS_SPARE: INPROCESS if INPROCESS in mechs else RL}
+    for mech, fallback in fallbacks.items():
+        sp = by_mech(sec).get(mech)
+        if mech not in mechs or fallback not in mechs or not sp:
+            continue
+        cost = tier_figure(sp, free, (sec.get("tier_cost") or {}).get(mech))[0]
         tier = None if cost is None else max(0.0, cost)
         if tier is None and parts.get("tiers"):
             tier = float(parts["tiers"]["overhead"])
-        options[SPARE] = {
+        options[mech] = {
             "memory_tiers": True, "tier_cost": round(tier or 0.0, 4), "spares": SPARES_AT_SCALE,
             "tier_every": 0,  # the model's optimum per job size (printed as column k)
-            "fallback": RL, "unmeasured": [
+            "fallback": fallback, "unmeasured": [
                 f"{SPARES_AT_SCALE} spares at scale, a faulted node back after "
                 f"{REPAIR_H_ASSUMED:g} h", f"step time at scale {STEP_S_ASSUMED:g} s"]
             + ([] if tier is not None else ["tier cost"])}
         stall = ((parts.get("checkpointing") or {}).get("stall") or {}).get("overhead_ratio")
         if stall:  # its durable tier is an async save: what training pays of a sync one
-            options[SPARE]["delta_s"] = round(DELTA_ASSUMED_S * float(stall), 2)
-            notes.append(f"'{SPARE}': its durable save is asynchronous (tier 3): delta "
+            options[mech]["delta_s"] = round(DELTA_ASSUMED_S * float(stall), 2)
+            notes.append(f"'{mech}': its durable save is asynchronous (tier 3): delta "
                          f"{DELTA_ASSUMED_S:g} s x {float(stall):.1%}, the async/sync stall "
                          "ratio bench/ckpt_bench.py measured (loop overhead included)")
-        notes.append(f"'{SPARE}': tier cost {tier or 0:.1%} = its median step against "
+        notes.append(f"'{mech}': tier cost {tier or 0:.1%} = its median step against "
                      f"'{RL_FREE}''s while both trained (CPU, this machine); the spare's "
                      f"node-fault cost and lost steps are the run's; {SPARES_AT_SCALE} spares and "
-                     f"{REPAIR_H_ASSUMED:g} h repair at scale are assumed")
+                     f"{REPAIR_H_ASSUMED:g} h repair at scale are assumed; no spare left: "
+                     f"'{fallback}''s node fault")
     return {"source": f"bench/results/{name}.json ({sec.get('started', '?')})",
             "delta_s": DELTA_ASSUMED_S, "delta_note": "assumed, not measured",
             "mechanisms": mechs, "notes": notes, "options": options,

@@ -36,7 +36,7 @@ def test_same_hang_timeout_for_every_mechanism() -> None:
     for mech in compare.MECHS:
         script, env, _ = compare.script_and_env(mech, 20, "/ev")
         knob = env.get("PG_TIMEOUT") or env.get("FT_HB_TIMEOUT")
-        if mech == compare.INPROCESS:  # level 0's soft timeout finds its hang
+        if mech in compare.LEVEL0:  # level 0's soft timeout finds its hang
             args = compare.train_args(wl, "/ck", True, mech, 20)
             knob = args[args.index("--soft-timeout") + 1]
             assert float(env["FT_HB_TIMEOUT"]) > float(args[args.index("--hard-timeout") + 1])
@@ -55,7 +55,7 @@ def test_the_spare_mechanism_holds_one_node_more_and_snapshots_every_step(tmp_pa
     _, env, _ = compare.script_and_env(compare.SPARE, 20, "/ev")
     _, plain, _ = compare.script_and_env("resilient-launch", 20, "/ev")
     assert env["RESILIENT_LAUNCH_ARGS"] == "--spares 1 " + plain["RESILIENT_LAUNCH_ARGS"]
-    assert compare.SPARES == {compare.SPARE: 1}
+    assert compare.SPARES == {compare.SPARE: 1, compare.INPROCESS_SPARE: 1}
     args = compare.train_args(wl, "/ck", True, compare.SPARE, 20)
     args.remove("--memory-tiers")
     assert args == compare.train_args(wl, "/ck", True, "resilient-launch", 20)
@@ -168,3 +168,14 @@ def test_swap_breakdown_splits_the_stop_and_the_new_cycles_start() -> None:
     line = render.swap_line("m", w)
     assert "the step stopped 3.0 s after the fault" in line
     assert "4.0 s to the last node's rendezvous join" in line and "0.8 s to the first step" in line
+
+
+def test_the_inprocess_spare_mechanism_is_inprocess_on_one_node_more() -> None:
+    """The level-0 spare row: --inprocess's settings and training arguments, plus --spares 1
+    (the allocation one node larger: compare.submit adds SPARES)."""
+    wl = compare.workload("sparse")
+    _, env, _ = compare.script_and_env(compare.INPROCESS_SPARE, 20, "/ev")
+    _, ip, _ = compare.script_and_env(compare.INPROCESS, 20, "/ev")
+    assert env["RESILIENT_LAUNCH_ARGS"] == ip["RESILIENT_LAUNCH_ARGS"] + " --spares 1"
+    assert compare.train_args(wl, "/ck", True, compare.INPROCESS_SPARE, 20) == \
+        compare.train_args(wl, "/ck", True, compare.INPROCESS, 20)

@@ -78,5 +78,7 @@ def test_bench_summary_uses_the_report_classification(tmp_path) -> None:
     assert [f["recovery_s"] for f in r.faults] == [2.5, 4.5, 3.5, 7.5, 13.5, None]
     assert [f["lost_steps"] for f in r.faults] == [0, 0, 0, 0, 0, None]
     assert r.restarts_in_job == 2
-    assert set(r.faults[0]) == {"step", "rank", "type", "node", "handled_by", "recovery_s",
-                                "lost_steps"}
+    assert set(r.faults[0]) == {"step", "rank", "type", "node", "handled_by", "detail",
+                                "recovery_s", "lost_steps"}
+    assert [f["handled_by"] for f in r.faults] == [str(f["detail"]).split(" (")[0]
+                                                   for f in r.faults[:-1]] + ["not recovered"]

@@ -219,3 +219,43 @@ def test_inprocess_section_table() -> None:
     md = "\n".join(render.other_md({"inprocess": ip}))
     assert "| sigkill | rank0 | 2.41 | 3 | 0 | [0] | 0 | yes | met |" in md
     assert "| hang | rank2 | none | 6 | None | - | 1 | no | NOT MET |" in md
+
+
+def _level0(mech: str, faults: list[tuple[str, float, str]]) -> dict[str, object]:
+    r = run(mech, 0.55, 110, [(t, s) for t, s, _ in faults], step_s_median=0.21)
+    for f, (_, _, detail) in zip(r["faults"], faults, strict=True):  # type: ignore[call-overload]
+        f["handled_by"], f["detail"] = "in-process restart", detail
+    return r
+
+
+def test_level0_spare_targets_and_its_projection_options() -> None:
+    """The level-0 spare row: issue 15's in-process bounds under its own label, issue 26's
+    node fault (< 15 s in-process, 0 lost steps), and whether the first rank lost was replaced
+    by the standby; its projection options fall back to --inprocess's node fault."""
+    sec = section()
+    took, out = "in-process restart (level 0, a standby took ranks 1' place)", \
+        "in-process restart (level 0, ranks 2 left out)"
+    ip = _level0(render.INPROCESS, [("sigkill", 2.5, out), ("node", 50.0, out),
+                                    ("exception", 1.0, "in-process restart (level 0)"),
+                                    ("hang", 21.0, "in-process restart (level 0)")])
+    sp = _level0(render.INPROCESS_SPARE, [("sigkill", 2.5, took), ("node", 4.0, out),
+                                          ("exception", 1.0, "in-process restart (level 0)"),
+                                          ("hang", 21.0, "in-process restart (level 0)")])
+    sec["runs"][1]["step_s_median"] = 0.2  # type: ignore[index]  # the fault-free row's
+    sec["runs"] = [*sec["runs"], ip, sp]  # type: ignore[misc]
+    sec["settings"]["inprocess"] = {"soft_timeout_s": 20.0}  # type: ignore[index]
+    t = {x["target"]: x for x in render.targets(sec)}
+    node = t["--inprocess + 1 spare: node fault recovered in-process in < 15 s with 0 lost steps"]
+    assert node["met"] and node["value"] == "worst 4.0 s, 0 lost steps"
+    first = t["--inprocess + 1 spare: the first rank lost is replaced by the standby (world "
+              "size kept)"]
+    assert first["met"] and first["value"].startswith("sigkill: ")
+    assert t["--inprocess + 1 spare: sigkill recovered in-process in < 3 s with 0 lost steps"][
+        "met"]
+    assert "--inprocess: sigkill recovered in-process in < 3 s with 0 lost steps" in t
+    sp["faults"][0]["detail"] = out  # type: ignore[index]
+    assert not {x["target"]: x for x in render.targets(sec)}[first["target"]]["met"]
+    inp = render.plan_inputs({"compare-production-sparse": sec})
+    assert inp is not None
+    o = inp["options"][render.INPROCESS_SPARE]
+    assert o["memory_tiers"] and o["fallback"] == render.INPROCESS and o["tier_cost"] == 0.05
