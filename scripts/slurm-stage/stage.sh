@@ -66,11 +66,22 @@ for tool in unshare chroot findmnt flock; do
     command -v "$tool" >/dev/null || die "$tool missing (util-linux, coreutils)"
 done
 if ! command -v debootstrap >/dev/null; then
-    say "installing debootstrap"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 || {
-        apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-    }
+    # .ci/run starts both stages at once: one installs, the other waits on this lock (and
+    # apt itself waits for dpkg's lock rather than failing at once on another apt run).
+    mkdir -p "$cache"
+    exec 8>"$cache/.apt.lock"
+    flock 8
+    if ! command -v debootstrap >/dev/null; then
+        say "installing debootstrap"
+        export DEBIAN_FRONTEND=noninteractive
+        apt=(apt-get -o DPkg::Lock::Timeout=300 -y -qq --no-install-recommends)
+        "${apt[@]}" install debootstrap >/dev/null 2>&1 || {
+            apt-get -o DPkg::Lock::Timeout=300 update -qq && "${apt[@]}" install debootstrap \
+                >/dev/null
+        }
+    fi
+    flock -u 8
+    exec 8>&-
 fi
 
 # The interpreter the venv is built from: this machine's Python 3.11 (mounted at its own path),
