@@ -19,7 +19,8 @@ module makes it work on CPU/gloo and keeps the state that must survive::
 
 What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md):
 
-* **gloo abort**: gloo cannot abort a pending collective. :class:`SocketAbort` shuts down
+* **gloo abort** (with the waker, in ``resilient_slurm.training.gloo_abort``): gloo cannot
+  abort a pending collective. :class:`SocketAbort` shuts down
   (``SHUT_RDWR``) the TCP sockets the process group opened (recorded around
   ``init_process_group``), never a listening one (that aborts the process), so a pending
   collective fails at once.
@@ -44,10 +45,6 @@ import datetime
 import gc
 import logging
 import os
-import signal
-import socket
-import stat
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,6 +55,7 @@ import torch.distributed as dist
 from nvidia_resiliency_ext import inprocess as nvrx
 
 from resilient_slurm.checkpoint import peers
+from resilient_slurm.training.gloo_abort import SocketAbort, Waker
 from resilient_slurm.training.memstate import MemoryState
 
 STORE_ENV = "RESILIENT_INPROCESS_STORE"  # host:port of the store the launcher hosts
@@ -66,7 +64,6 @@ MIN_WORLD_ENV = "RESILIENT_INPROCESS_MIN_WORLD"  # fewer ranks: leave it to the 
 ACTIVE_WORLD_ENV = "RESILIENT_INPROCESS_ACTIVE_WORLD"  # ranks beyond it stand by (hot spares)
 EXIT_BELOW_MIN = 75  # a rank left alone below the minimum exits with this code
 LOG_ENV = "RESILIENT_INPROCESS_LOG"  # monitor process log path, may contain {rank}
-WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
 log = logging.getLogger(__name__)
 
 
@@ -155,87 +152,6 @@ class ExternalStore(torch.distributed.PrefixStore, nvrx.store.StoreMixin):
     @property
     def critical_ranks(self) -> tuple[int, ...]:
         return ()
-
-
-def _socket_inodes() -> dict[int, int]:
-    """fd -> inode of this process's open sockets."""
-    out = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            st = os.fstat(int(name))
-        except (OSError, ValueError):
-            continue
-        if stat.S_ISSOCK(st.st_mode):
-            out[int(name)] = st.st_ino
-    return out
-
-
-class SocketAbort:
-    """Frees a gloo collective pending on another thread by shutting its sockets down."""
-
-    def __init__(self) -> None:
-        self.baseline: set[int] | None = None
-
-    def mark(self) -> None:
-        """Call just before creating the process group(s) of an iteration."""
-        self.baseline = set(_socket_inodes().values())
-
-    def shutdown(self) -> int:
-        """Shut down every connected TCP socket opened since :meth:`mark`; returns how many."""
-        if self.baseline is None:
-            return 0
-        done = 0
-        for fd, inode in _socket_inodes().items():
-            if inode in self.baseline:
-                continue
-            try:
-                s = socket.socket(fileno=os.dup(fd))
-            except OSError:
-                continue
-            try:
-                if (s.family in (socket.AF_INET, socket.AF_INET6)
-                        and s.type == socket.SOCK_STREAM
-                        and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
-                    s.shutdown(socket.SHUT_RDWR)  # acts on the shared socket, not the dup
-                    done += 1
-            except OSError:
-                pass
-            finally:
-                s.close()
-        return done
-
-
-class Waker:
-    """Signals the main thread every ``interval`` s until stopped, so a rank asleep in a
-    syscall returns to bytecode where the pending asynchronous exception fires."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.main_ident = threading.main_thread().ident
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        signal.signal(WAKE_SIGNAL, self._noop)  # main thread only: run() is called there
-
-    @staticmethod
-    def _noop(_signum: int, _frame: Any) -> None:
-        return None
-
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="inprocess-waker", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            if self.main_ident is not None:
-                signal.pthread_kill(self.main_ident, WAKE_SIGNAL)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(1.0)
 
 
 def _trace(what: str) -> None:
