@@ -187,7 +187,8 @@ class NodeFault:
     def poll(self) -> None:
         if self.fired is not None or not os.path.exists(self.events):
             return
-        high = max((int(e["step"]) for e in harness.read_events(self.events)
+        events = list(harness.read_events(self.events))
+        high = max((int(e["step"]) for e in events
                     if e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int)),
                    default=0)
         if high < self.step:
@@ -196,9 +197,9 @@ class NodeFault:
         batch = job.extra.get("batch_host")
         # --inprocess --spares: a standby's rank does not train; a GPU lost there would cost
         # the training nothing (the training's latest resume names the standbys)
-        standby = next((set(e.get("standby_nodes") or []) for e in reversed(
-            list(harness.read_events(self.events))) if e.get("kind") == EventKind.RESUME
-            and e.get("source") == "training"), set())
+        standby = next((set(e.get("standby_nodes") or []) for e in reversed(events)
+                        if e.get("kind") == EventKind.RESUME
+                        and e.get("source") == "training"), set())
         others = [n for n in job.nodes if n != batch and n not in standby]
         # A node that runs a worker now: after an in-process shrink a node of the allocation
         # may have none, and a GPU lost there would cost the training nothing.
