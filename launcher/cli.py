@@ -203,7 +203,10 @@ class TorchrunCommand(click.Command):
               help="In-process restart (level 0) under ft_launcher's min-healthy policy "
                    "(level 1): hosts the ranks' store here; the script must support it "
                    "(train_fsdp.py --inprocess, or resilient_slurm.training.inprocess). "
-                   "See docs/inprocess.md.")
+                   "Built on a deprecated API: NVRx 0.6's release notes deprecate in-process "
+                   "restart (to be removed; their migration: in-job restart via ft_launcher), "
+                   "so it runs on NVRx < 0.6 only. On current NVRx the fast path is in-job "
+                   "restart with memory tiers and --spares. See docs/inprocess.md.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and command lines; run nothing.")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
