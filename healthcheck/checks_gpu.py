@@ -25,8 +25,6 @@ CLOCK_HW_SLOWDOWN = 0x8
 CLOCK_SW_THERMAL = 0x20
 CLOCK_HW_THERMAL = 0x40
 CLOCK_HW_POWER_BRAKE = 0x80
-# A GPU at or above this utilisation (%) is busy: its PCIe link must run at full width.
-PCIE_BUSY_UTIL_PCT = 10
 RECOVERY = {0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
             2: ("reboot", "node reboot required"), 3: ("drain", "drain P2P"),
             4: ("reset_gpu", "drain P2P and reset GPU"), 5: ("drain", "recover IMEX domain"),
@@ -204,23 +202,15 @@ def evaluate_nvlink(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                    not_supported=ns if want else None, profile=ctx.profile)
 
 
-def busy(gpu: GpuInfo) -> bool | None:
-    """Is the GPU working (True), idle (False) or can we not tell (None)? Utilisation at or
-    above ``PCIE_BUSY_UTIL_PCT`` is busy; below it, or NVML's idle clock reason, is idle."""
-    util, bits = gpu.values.get("utilization"), gpu.values.get("clock_reasons")
-    if isinstance(bits, int) and bits & CLOCK_IDLE:
-        return False
-    if isinstance(util, (int, float)):
-        return util >= PCIE_BUSY_UTIL_PCT
-    return True if isinstance(bits, int) else None
-
-
-@declare("pcie", "nvml", (PERIODIC,), fields=("pcie", "clock_reasons", "utilization"),
-         context="gpu")
+@declare("pcie", "nvml", (PERIODIC,), fields=("pcie",), context="gpu")
 def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
-    """The link can do what the profile expects; a *busy* GPU's link runs at its full width
-    (an idle GPU may drop width as well as generation to save power, so it is not judged).
-    Below width while busy fails on a profile that states ``pcie_width``, else warns."""
+    """The link can do what the profile expects, and runs at its full width.
+
+    An idle GPU drops the link's *generation* to save power, never its width (PCIe ASPM and
+    the GPU's link-speed management change the rate; a narrower link is lanes that did not
+    train), so a width below the maximum is a fault busy or idle: it fails (drain) on a
+    profile that states ``pcie_width`` and warns on every other. A current generation below
+    the maximum is not judged."""
     p = ctx.profile
 
     def judge(gpu: GpuInfo, value: tuple[int, int, int, int]) -> Result | None:
@@ -232,19 +222,12 @@ def evaluate_pcie(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                       action="drain")
         if cur_w >= max_w:
             return None
-        working = busy(gpu)
-        util = gpu.values.get("utilization")
-        load = f"{detail}; utilization={util}% clock_reasons={gpu.values.get('clock_reasons')}"
-        if working is None:
-            return _r("pcie", UNKNOWN, "PCIE_WIDTH_UNJUDGED", gpu, f"link running x{cur_w} of "
-                      f"x{max_w} and NVML cannot say whether the GPU is busy", load)
-        if not working:
-            return None  # idle: a power-saving downtrain is allowed
+        load = (f"{detail}; utilization={gpu.values.get('utilization')}% "
+                f"clock_reasons={gpu.values.get('clock_reasons')}")
+        reason = f"link running x{cur_w} of x{max_w} (lanes lost; idle GPUs lower only the gen)"
         if p.pcie_width:
-            return _r("pcie", FAIL, "PCIE_WIDTH", gpu, f"busy GPU's link running x{cur_w} of "
-                      f"x{max_w}", load, action="drain")
-        return _r("pcie", WARN, "PCIE_WIDTH", gpu, f"busy GPU's link running x{cur_w} of "
-                  f"x{max_w}", load)
+            return _r("pcie", FAIL, "PCIE_WIDTH", gpu, reason, load, action="drain")
+        return _r("pcie", WARN, "PCIE_WIDTH", gpu, reason, load)
 
     return per_gpu("pcie", snap, "pcie", judge, "PCIe links at their expected width",
                    profile=p)

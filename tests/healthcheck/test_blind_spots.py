@@ -25,29 +25,43 @@ def ctx(profile: ProfileSpec = REQUIRES) -> cg.GpuContext:
     return cg.GpuContext(HealthConfig(), profile)
 
 
-# -- PCIe: width judged only when the GPU is busy --------------------------------------------
+# -- PCIe: a narrower link is a fault, busy or idle (issue 36 item 13) ----------------------
 
 @pytest.mark.parametrize("values,status", [
     ({"pcie": (5, 8, 5, 16), "utilization": 97, "clock_reasons": 0}, "fail"),  # busy, x8
-    ({"pcie": (5, 8, 5, 16), "utilization": 0, "clock_reasons": 1}, "ok"),     # idle downtrain
-    ({"pcie": (1, 8, 5, 16), "utilization": 3, "clock_reasons": 0}, "ok"),     # below busy
+    ({"pcie": (5, 8, 5, 16), "utilization": 0, "clock_reasons": 1}, "fail"),   # idle, x8
+    ({"pcie": (1, 8, 5, 16), "utilization": 3, "clock_reasons": 0}, "fail"),   # gen1 and x8
+    ({"pcie": (1, 16, 5, 16), "utilization": 0, "clock_reasons": 1}, "ok"),    # idle: gen only
     ({"pcie": (5, 16, 5, 16), "utilization": 97, "clock_reasons": 0}, "ok"),   # full width
-    ({"pcie": (5, 8, 5, 16), "utilization": "NOT_SUPPORTED", "clock_reasons": 0}, "fail"),
     ({"pcie": (5, 8, 5, 16), "utilization": "NOT_SUPPORTED",
-      "clock_reasons": "NOT_SUPPORTED"}, "unknown"),  # cannot tell busy from idle
+      "clock_reasons": "NOT_SUPPORTED"}, "fail"),  # busy-ness does not matter
 ])
-def test_pcie_width_below_max_fails_only_on_a_busy_gpu(values, status):
-    """Was: a busy GPU's x8 link was a warning (and never judged busy by utilisation)."""
+def test_pcie_width_below_max_fails_busy_or_idle(values, status):
+    """Was: an idle (or unreadably busy) GPU's x8 link passed as a power-saving downtrain;
+    idle GPUs lower the link's generation, never its width."""
     results = cg.evaluate_pcie(snap(g3=values), ctx(P5))
     assert {r.status for r in results} == {status}, results
     if status == "fail":
         (r,) = results
         assert (r.code, r.device, r.action) == ("PCIE_WIDTH", "gpu3", "drain")
+        assert "x8 of x16" in r.reason
+
+
+@pytest.mark.parametrize("name", sorted(shipped_profiles()))
+def test_pcie_width_below_max_warns_at_least_on_every_profile(name):
+    """Was ok on every profile for an idle GPU; on a profile without ``pcie_width``, even a
+    busy one only warned, and an idle one passed."""
+    prof = shipped_profiles()[name]
+    for util, bits in ((97, 0), (0, 1)):
+        (r,) = cg.evaluate_pcie(snap(g3={"pcie": (5, 8, 5, 16), "utilization": util,
+                                         "clock_reasons": bits}), ctx(prof))
+        assert r.status in ("warn", "fail") and r.code == "PCIE_WIDTH", (name, r)
+        assert r.status == ("fail" if prof.pcie_width else "warn")
 
 
 def test_pcie_width_on_a_profile_without_a_width_only_warns():
-    (r,) = cg.evaluate_pcie(snap(g3={"pcie": (5, 8, 5, 16), "utilization": 97,
-                                     "clock_reasons": 0}), ctx(ProfileSpec(gpus=8)))
+    (r,) = cg.evaluate_pcie(snap(g3={"pcie": (5, 8, 5, 16), "utilization": 0,
+                                     "clock_reasons": 1}), ctx(ProfileSpec(gpus=8)))
     assert (r.status, r.code) == ("warn", "PCIE_WIDTH")
 
 
