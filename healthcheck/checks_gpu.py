@@ -16,6 +16,7 @@ from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from .gpu import GpuInfo, GpuSnapshot
 from .gpu_judge import _field_error, _r, _unusable, per_gpu
 from .model import FAIL, OK, UNKNOWN, WARN, Result
+from .policy import generation_of
 from .registry import EPILOG, EVERY_SET, PERIODIC, PROLOG, declare
 
 # Clock-event reason bits (nvmlClocksEventReasons).
@@ -53,6 +54,7 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                               action="reboot", device=dev))
         elif "identity" in g.errors:
             out.append(_field_error(check, g, "identity", g.errors["identity"]))
+    out.extend(_generation_mismatch(check, snap, ctx.profile))
     want, have = ctx.profile.gpus, snap.count or 0
     if want and have < want:
         out.append(Result(check, FAIL, "GPU_COUNT", f"{have} GPUs visible, profile expects "
@@ -62,6 +64,25 @@ def evaluate_gpu_count(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
                           f"expects {want}", f"nvml count={have} expected={want}"))
     return out or [Result(check, OK, "OK", f"{have} GPUs, NVML responsive "
                           f"(driver {snap.driver})", f"count={have}")]
+
+
+def _generation_mismatch(check: str, snap: GpuSnapshot, profile: ProfileSpec) -> list[Result]:
+    """``unknown`` (``GPU_GENERATION``) for each GPU whose generation, as NVML reports it,
+    is not the profile's ``gpu_generation``: the profile's other expectations (counts, links,
+    Xid column) were written for other hardware, so nothing it passes can be trusted. The
+    Xids of such a GPU are judged by the column of the generation NVML reports."""
+    want = profile.gpu_generation
+    out = []
+    for g in snap.gpus:
+        have = generation_of(g.name, g.architecture)
+        if want and have and have != want and not g.lost:
+            dev = f"gpu{g.index}"
+            out.append(Result(check, UNKNOWN, "GPU_GENERATION", f"{dev} is {have} by NVML "
+                              f"({g.name or 'no name'}), the profile expects {want}: wrong "
+                              f"profile for this node? (its Xids are judged as {have})",
+                              f"{dev} name={g.name!r} architecture={g.architecture!r} "
+                              f"profile gpu_generation={want}", device=dev))
+    return out
 
 
 @declare("ecc", "nvml", EVERY_SET, fields=("ecc", "ecc_mode"), context="gpu")

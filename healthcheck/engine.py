@@ -235,7 +235,11 @@ def _gather(table: dict[str, Callable[[], Any]], deadline: float, report: Report
 
 def _pci_map(snap: Any, sel: Selection,
              sysfs_root: str) -> tuple[dict[str, tuple[int, str]], str]:
-    """PCI address -> (NVML index, generation), from NVML, else from sysfs bus order."""
+    """PCI address -> (NVML index, generation), from NVML, else from sysfs bus order.
+
+    The generation NVML reports (architecture, name) picks a GPU's Xid column; the profile's
+    ``gpu_generation`` is used only where NVML cannot say (unusable, or an unknown part). A
+    profile that disagrees with NVML is reported by ``gpu_count`` (``GPU_GENERATION``)."""
     default = sel.spec.gpu_generation
     mapping: dict[str, tuple[int, str]] = {}
     if not (isinstance(snap, GpuSnapshot) and snap.usable):
@@ -244,12 +248,12 @@ def _pci_map(snap: Any, sel: Selection,
     if isinstance(snap, GpuSnapshot) and snap.usable:
         gens = set()
         for g in snap.gpus:
-            gen = sel.spec.gpu_generation or generation_of(g.name, g.architecture)
+            gen = generation_of(g.name, g.architecture) or sel.spec.gpu_generation
             gens.add(gen)
             if g.pci:
                 mapping[norm_pci(g.pci)] = (g.index, gen)
-        if not default and len(gens) == 1:
-            default = gens.pop()
+        if len(gens) == 1:
+            default = gens.pop() or default
     return mapping, default
 
 

@@ -46,10 +46,12 @@ _ARCH = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell"}
 
 def generation_of(name: str | None, architecture: int | str | None = None) -> str:
     """A member of ``GPU_GENERATIONS``, or ``""`` when unknown (callers fail closed)."""
+    gen = ""
     if isinstance(architecture, str) and architecture in GPU_GENERATIONS:
-        return architecture
-    if isinstance(architecture, int) and architecture in _ARCH:
+        gen = architecture
+    elif isinstance(architecture, int) and architecture in _ARCH:
         gen = _ARCH[architecture]
+    if gen:
         return "grace_blackwell" if gen == "blackwell" and name and _GRACE.search(name) else gen
     for pattern, gen in _NAME_HINTS:
         if name and pattern.search(name):

@@ -30,6 +30,7 @@ EXPECTED = {
     "fabric-manager-down": (1, [("fabric_manager", "FM_INACTIVE", None)]),
     "pcie-x8-busy": (1, [("pcie", "PCIE_WIDTH", "gpu4")]),
     "healthy-gb200": (0, []),
+    "b200-under-p5": (1, [("gpu_count", "GPU_GENERATION", "gpu0"), ("xid", "XID145", "gpu0")]),
     "gpu-proc-left": (0, []),  # the periodic set does not look; the epilog does (holds tests)
 }
 
