@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from resilient_slurm.hooks import install as inst
+from resilient_slurm.hooks.shim import ShimError
 
 
 @click.command("install-hooks")
@@ -56,6 +57,15 @@ def install_hooks(prefix: str, destdir: str, dry_run: bool, slurm_conf: str | No
         click.echo("install-hooks --check: installation, config and slurm.conf are consistent")
         return
     conf = slurm_conf or "/etc/slurm/slurm.conf"
+    try:
+        _install(prefix, destdir, dry_run, conf, force, interval)
+    except ShimError as exc:
+        click.echo(f"install-hooks: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+def _install(prefix: str, destdir: str, dry_run: bool, conf: str, force: bool,
+             interval: int) -> None:
     if dry_run:
         result, files = inst.plan(prefix, slurm_conf=conf, force=force, destdir=destdir)
         click.echo("Dry run: nothing written. Would write:")

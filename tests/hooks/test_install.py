@@ -144,3 +144,28 @@ def test_check_prints_a_line_per_check_and_compares_budgets(tmp_path) -> None:
     assert "FAIL  budgets vs HealthCheckInterval: hooks.health_budget_s = 30 is longer than " \
            "HealthCheckInterval=20" in res.output
     assert out[-1].startswith("install-hooks --check: ") and out[-1].endswith("check(s) failed")
+
+
+def test_shim_fails_closed_and_check_flags_an_older_one(tmp_path) -> None:
+    """The shims start in /bin/sh (they must run when the interpreter is gone); a shim of the
+    older form (``#!python -I``) is reported by --check."""
+    prefix = tmp_path / "root"
+    inst = install.install(str(prefix))
+    path = inst.shims["healthcheck"]
+    with open(path) as fh:
+        text = fh.read()
+    assert text.startswith("#!/bin/sh\n") and "HOOK_BROKEN healthcheck" in text
+    assert not any("fail closed" in p for p in install.check(str(prefix)))
+    with open(path, "w") as fh:
+        fh.write(f"#!{inst.python} -I\nimport sys\nfrom resilient_slurm.healthcheck.hook import "
+                 "health_main\nsys.exit(health_main([]))\n")
+    assert any("does not fail closed" in p for p in install.check(str(prefix)))
+
+
+def test_a_value_a_shim_cannot_carry_is_refused(tmp_path) -> None:
+    prefix = tmp_path / "root"
+    os.makedirs(prefix / "etc/resilient-slurm")
+    (prefix / "etc/resilient-slurm/config.toml").write_text(
+        '[hooks]\nevents_file = "/var/log/my events.jsonl"\n')
+    res = CliRunner().invoke(main, ["install-hooks", "--prefix", str(prefix)])
+    assert res.exit_code == 2 and "hooks.events_file" in res.output, res.output
