@@ -16,7 +16,7 @@ from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from .gpu import GpuInfo, GpuSnapshot
 from .gpu_judge import _field_error, _r, _unusable, per_gpu
 from .model import FAIL, OK, UNKNOWN, WARN, Result
-from .policy import generation_of
+from .policy import RECOVERY_ACTIONS, generation_of
 from .registry import EPILOG, EVERY_SET, PERIODIC, PROLOG, declare
 
 # Clock-event reason bits (nvmlClocksEventReasons).
@@ -26,10 +26,6 @@ CLOCK_HW_SLOWDOWN = 0x8
 CLOCK_SW_THERMAL = 0x20
 CLOCK_HW_THERMAL = 0x40
 CLOCK_HW_POWER_BRAKE = 0x80
-RECOVERY = {0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
-            2: ("reboot", "node reboot required"), 3: ("drain", "drain P2P"),
-            4: ("reset_gpu", "drain P2P and reset GPU"), 5: ("drain", "recover IMEX domain"),
-            6: ("reset_gpu", "PCIe bus reset required"), 7: ("reboot", "system reboot required")}
 
 
 @dataclass
@@ -273,7 +269,7 @@ def evaluate_fabric(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
 @declare("recovery_action", "nvml", EVERY_SET, fields=("recovery_action",), context="gpu")
 def evaluate_recovery_action(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     def judge(gpu: GpuInfo, value: int) -> Result | None:
-        action, text = RECOVERY.get(value, ("drain", f"unknown recovery action {value}"))
+        action, text = RECOVERY_ACTIONS.get(value, ("drain", f"unknown recovery action {value}"))
         if action == "ignore":
             return None
         return _r("recovery_action", FAIL, "GPU_RECOVERY", gpu, f"driver asks: {text}",

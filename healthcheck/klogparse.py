@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .policy import efa_rules
-from .xid_decode import action_for_154, decode_nvlink5
+from .policy import XidRule, efa_rules
+from .xid_decode import action_for_154, decode_nvlink5, decode_xid74
 
 MAX_LINE_CHARS = 4096  # longer log lines are cut before parsing (bounded time per line)
 MAX_KEYS = 4096  # distinct (kind, code, device, severity) per read; more is a flood (unknown)
@@ -61,6 +61,7 @@ _DMESG_PREFIX = re.compile(
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{1,9}[+-]\d\d:?\d\d))?"
     r"(?:\[ *[TC]\d{1,10}\])?")
 
+_RESET = XidRule("reset_gpu", "", "")  # the rule a Xid 74 line keeps unless it decodes to ignore
 SEVERITY_RANK = {"correctable": 0, "nonfatal": 1, "unknown": 2, "fatal": 3}
 MESSAGE, DMESG = "message", "dmesg"
 
@@ -197,6 +198,8 @@ def _variant(ev: LogEvent) -> str:
             # so a flood of corrected events never stands in for a fatal one.
             rule = decode_nvlink5(ev.code, ev.text)
             return f"{sev}|nvlink5:{rule.action}:{rule.warn}"
+        if ev.code == 74:  # ignorable register bits: kept apart from a line that resets
+            return f"{sev}|74:{decode_xid74(_RESET, ev.text).action}"
         return sev + "|" + ((action_for_154(ev.text) or "?") if ev.code == 154 else "")
     if ev.kind == "efa":
         m = _EFA_FATAL_PHRASE.search(ev.text.lower())

@@ -26,6 +26,14 @@ from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 
 POLICY_DIR = os.path.join(os.path.dirname(__file__), "xid_policies")
 
+# GPU recovery actions by value (NVML's nvmlDeviceGpuRecoveryAction_t; the field
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and Xid 154's "to 0x<value> (...)") -> (action, text).
+RECOVERY_ACTIONS = {
+    0: ("ignore", "none"), 1: ("reset_gpu", "GPU reset required"),
+    2: ("reboot", "node reboot required"), 3: ("drain", "drain P2P"),
+    4: ("reset_gpu", "drain P2P and reset GPU"), 5: ("drain", "recover IMEX domain"),
+    6: ("reset_gpu", "PCIe bus reset required"), 7: ("reboot", "system reboot required")}
+
 # Actions by severity; the worst one in a set of Xids wins.
 ACTION_RANK = {"ignore": 0, "restart_app": 1, "reset_gpu": 2, "drain": 3, "reboot": 4}
 NEVER_DRAIN = ("IGNORE", "RESTART_APP")  # buckets kept on every generation
@@ -161,6 +169,8 @@ def catalog_rule(entry: CatalogEntry, columns: tuple[str, ...]) -> XidRule | Non
     if action == "decode":
         decode = "154" if entry.code == 154 else "nvlink5"
         action = "drain"  # only when the line cannot be decoded (then it is unknown anyway)
+    elif entry.immediate == "WORKFLOW_NVLINK_ERR":
+        decode = "74"  # the registers may say the line can be ignored (xid_decode)
     # WORKFLOW_XID_13 / _31 (investigatory): repeats on the same GPU across runs are a
     # possible hardware fault; no other RESTART_APP code has such a rule.
     suspect = entry.investigatory in ("WORKFLOW_XID_13", "WORKFLOW_XID_31")

@@ -1,4 +1,5 @@
-"""Xids whose line decides the action: 154 (the recovery action it names) and NVLink5 144-150.
+"""Xids whose line decides the action: 154 (the recovery action it names), 74 (the NVLink
+error registers) and NVLink5 144-150.
 
 :func:`line_rule` is what the xid check asks: the policy's rule for a code, or, where the
 catalog says to read the line (``XidRule.decode``), the rule that line's text gives. Pure and
@@ -12,6 +13,7 @@ Decode" sheet (``xid_policies/nvlink5.toml``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -19,10 +21,15 @@ from dataclasses import dataclass
 
 from resilient_slurm.config import tomllib
 
-from .policy import POLICY_DIR, XidPolicy, XidRule
+from .policy import POLICY_DIR, RECOVERY_ACTIONS, XidPolicy, XidRule
 
-# Xid 154 names the recovery action in its text (catalog: None, Drain P2P, Drain and Reset,
-# GPU Reset Required, Node Reboot Required).
+# Xid 154 names the recovery action in its text, "GPU recovery action changed from 0x0 (None)
+# to 0x2 (Node Reboot Required)": by its value (NVML's nvmlDeviceGpuRecoveryAction_t, the
+# same numbers as NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: ``policy.RECOVERY_ACTIONS``) and by
+# its name (catalog: None, Drain P2P, Drain and Reset, GPU Reset Required, Node Reboot
+# Required). The value decides; a name is read when the line has no value.
+_XID154_VALUE = re.compile(r"\bto\s{1,4}(0x[0-9a-fA-F]{1,8}|\d{1,9})(?=\s|\(|$)",
+                           re.IGNORECASE)
 _XID154 = (
     ("node reboot required", "reboot"),
     ("drain and reset", "reset_gpu"),
@@ -39,7 +46,12 @@ _REGS = re.compile(r"[(\[]\s*(0x[0-9a-fA-F]{1,16}(?:[\s,]+0x[0-9a-fA-F]{1,16})*)
 
 
 def action_for_154(text: str) -> str | None:
-    """The action an Xid 154 line asks for (the state it changed *to*), or None."""
+    """The action an Xid 154 line asks for (the state it changed *to*), or None: the
+    value's action when the line gives a value NVML defines, else the name's. A value NVML
+    does not define is None (unknown), whatever name follows it."""
+    if (v := _XID154_VALUE.search(text)) is not None:  # the first "to <value>"
+        known = RECOVERY_ACTIONS.get(int(v.group(1), 0))
+        return known[0] if known is not None else None
     low = text.lower()
     if " to " in low:
         low = low.rsplit(" to ", 1)[1]
@@ -47,6 +59,46 @@ def action_for_154(text: str) -> str | None:
         if needle in low:
             return action
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _xid74_ignorable() -> dict[int, int]:
+    """Register number (1-based) -> mask of the bits the catalog says to ignore (base.toml)."""
+    with open(os.path.join(POLICY_DIR, "base.toml"), "rb") as fh:
+        wf = tomllib.load(fh)["workflow"]["WORKFLOW_NVLINK_ERR"]
+    out = {}
+    for reg, bits in wf["ignorable_bits"].items():
+        out[int(reg)] = sum(1 << int(b) for b in bits)
+    return out
+
+
+_XID74_VALID = (1, 3, 4, 5)  # the registers the catalog decodes (first, third, fourth, fifth)
+_XID74_REGS = re.compile(r"link (\d{1,3}) ?\((0x[0-9a-fA-F]{1,8}(?:, ?0x[0-9a-fA-F]{1,8}){6})\)")
+
+
+def decode_xid74(rule: XidRule, text: str) -> XidRule:
+    """Xid 74 (WORKFLOW_NVLINK_ERR): ``NVLink: fatal error detected on link <n>(<seven
+    registers>)``. When every bit set in the registers the catalog decodes is one it calls
+    ignorable (first register bits 0, 23, 30: "can be safely ignored"; fifth register bits
+    20, 23, 26, 29: "a threshold of ECC errors being exceeded. There was no uncorrectable
+    error at this time. Continue operation"), the line is ignored; any other bit, no bit, or
+    a line whose registers cannot be read keeps the rule's action (a reset)."""
+    m = _XID74_REGS.search(text)
+    if m is None:
+        return rule
+    regs = [int(v, 16) for v in m.group(2).split(",")]
+    ignorable = _xid74_ignorable()
+    seen = {n: regs[n - 1] for n in _XID74_VALID if regs[n - 1]}
+    if not seen:
+        return rule
+    left = {n: v & ~ignorable.get(n, 0) for n, v in seen.items()}
+    bits = ", ".join(f"reg{n}=0x{v:x}" for n, v in seen.items())
+    if any(left.values()):
+        other = ", ".join(f"reg{n}=0x{v:x}" for n, v in left.items() if v)
+        return dataclasses.replace(rule, source=f"{rule.source}; link {m.group(1)} {bits}: "
+                                   f"bits the catalog does not call ignorable ({other})")
+    return XidRule("ignore", rule.meaning, f"catalog WORKFLOW_NVLINK_ERR: link {m.group(1)} "
+                   f"{bits}: only bits the catalog says can be ignored")
 
 
 @dataclass(frozen=True)
@@ -122,4 +174,6 @@ def line_rule(policy: XidPolicy, code: int, text: str) -> XidRule:
         return XidRule(action, rule.meaning, f"{rule.source}; the line asks: {action}")
     if rule.decode == "nvlink5":
         return decode_nvlink5(code, text)
+    if rule.decode == "74":
+        return decode_xid74(rule, text)
     return rule

@@ -41,8 +41,9 @@ def render() -> str:
         cells = []
         for p in policies:
             r = p.rule(code)
-            cells.append("unknown" if not r.mapped else (f"decode {r.decode}" if r.decode
-                                                         else r.action))
+            cells.append("unknown" if not r.mapped else (
+                f"{r.action}, ignorable bits: ignore" if r.decode == "74" else
+                f"decode {r.decode}" if r.decode else r.action))
         immediate = e.immediate if not e.immediate.startswith("(prose)") else (
             "prose: " + e.immediate[len("(prose) "):])
         lines.append(f"| {code} | {_cell(e.mnemonic)} | {flags} | {_cell(immediate) or '(none)'} | "

@@ -31,6 +31,8 @@ EXPECTED = {
     "pcie-x8-busy": (1, [("pcie", "PCIE_WIDTH", "gpu4")]),
     "healthy-gb200": (0, []),
     "b200-under-p5": (1, [("gpu_count", "GPU_GENERATION", "gpu0"), ("xid", "XID145", "gpu0")]),
+    "xid74-ignorable": (1, [("xid", "XID74", "gpu5")]),
+    "xid154-by-value": (1, [("xid", "XID154", "gpu2")]),
     "gpu-proc-left": (0, []),  # the periodic set does not look; the epilog does (holds tests)
 }
 
