@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mechanisms import schedule_check
+
 from resilient_slurm.events import EventKind, read_events
 from resilient_slurm.launcher import report
 from resilient_slurm.training.faults import Fault, compute_schedule
@@ -312,6 +314,7 @@ class RunResult:
     lost_steps: int
     excluded: list[str]
     fault_schedule_ok: bool
+    fault_schedule: list[str] = field(default_factory=list)  # mechanisms.schedule_check's lines
 
 
 def training_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -362,7 +365,24 @@ def summarize(mechanism: str, jid: int, events_file: str, state: str, timed_out:
         requeues=requeues, restarts_in_job=restarts, faults=faults,
         lost_steps=sum(f["lost_steps"] or 0 for f in faults), excluded=excluded,
         fault_schedule_ok=fired == expected[:len(fired)] and (not completed
-                                                             or fired == expected))
+                                                             or fired == expected),
+        fault_schedule=schedule_check([(f.type, f.step, f.rank) for f in schedule], faults,
+                                      world_at_steps(events, [f.step for f in schedule])))
+
+
+def world_at_steps(events: list[dict[str, Any]], steps: list[int]) -> dict[int, int]:
+    """The training's world size (its latest ``resume``) when it first completed each of
+    ``steps`` (``events`` in time order); a step never reached is left out."""
+    out: dict[int, int] = {}
+    world = None
+    for e in events:
+        if e.get("kind") == EventKind.RESUME and e.get("source") == "training" \
+                and isinstance(e.get("world_size"), int):
+            world = e["world_size"]
+        elif e.get("kind") == EventKind.PROGRESS and isinstance(e.get("step"), int) \
+                and world is not None:
+            out.update({s: world for s in steps if s not in out and s <= e["step"]})
+    return out
 
 
 def _key(step: Any, rank: Any, kind: Any) -> tuple[Any, ...]:

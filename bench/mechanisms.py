@@ -3,6 +3,8 @@ inputs both read of a section's runs."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REF = "srun-torchrun"
@@ -12,6 +14,16 @@ INPROCESS = "resilient-launch --inprocess"
 SPARE = "resilient-launch + tiers + 1 spare"
 INPROCESS_SPARE = "resilient-launch --inprocess + 1 spare"  # the spare stands by in level 0
 PROCESS = ("exception", "sigkill")  # the process-fault class
+
+
+def took_spare(fault: dict[str, Any]) -> bool:
+    """Whether a spare took this fault's place, read from the row's events as the harness
+    classified them (``launcher/report.py``'s handler, the fault's ``detail``): the new cycle
+    with the spare in (the launcher's ``spare`` event: "spare NODE in for NODE"), or a standby
+    in level 0 (the training resumed with the world size kept and ranks lost: "a standby took
+    ranks N' place"). A shrink ("ranks N left out") or a restart is no spare's doing."""
+    detail = str(fault.get("detail") or fault.get("handled_by") or "")
+    return detail.startswith("spare ") or "a standby took" in detail
 
 
 def by_mech(sec: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -30,3 +42,37 @@ def tier_figure(sp: dict[str, Any], free: dict[str, Any] | None,
                 measured["fault_free_median_s"], how)
     mine, ref = sp.get("step_s_median"), (free or {}).get("step_s_median")
     return (mine / ref - 1 if mine and ref else None), mine, ref, "median step, same run"
+
+
+SEEDED = re.compile(r"(\w+)@(\d+)\(rank (\d+)\)")
+
+
+def seeded(schedule: str) -> list[tuple[str, int, int]]:
+    """A section's seeded fault schedule as it records it (``sigkill@140(rank 1), ...``):
+    (type, step, rank) per fault."""
+    return [(m.group(1), int(m.group(2)), int(m.group(3))) for m in SEEDED.finditer(schedule)]
+
+
+def schedule_check(expected: Sequence[tuple[str, int, int]], faults: Sequence[dict[str, Any]],
+                   worlds: Mapping[int, int] | None = None) -> list[str]:
+    """How a row's faults differ from the seeded schedule, one line each (none: as seeded).
+    ``worlds``: the training's world size when it reached each scheduled step, where known.
+    A node fault is the harness's, made at the first step it sees at or after the scheduled
+    one on a node it picks: its type alone is compared (as ``harness._key``)."""
+    left = list(faults)
+    out = []
+    for kind, step, rank in expected:
+        got = next((f for f in left if f["type"] == kind
+                    and (kind == "node" or f.get("step") == step)), None)
+        if got is not None:
+            left.remove(got)
+            if kind != "node" and got.get("rank") != rank:
+                out.append(f"{kind}@{step} fired on rank {got.get('rank')}, not rank {rank}")
+            continue
+        world = (worlds or {}).get(step)
+        why = ("" if world is None else f": the job had {world} rank(s) there, no rank {rank}"
+               if world <= rank else f": {world} rank(s) there")
+        out.append(f"{kind}@{step} (rank {rank}) did not fire{why}")
+    out += [f"{f['type']}@{f.get('step')} (rank {f.get('rank')}) not in the schedule"
+            for f in left]
+    return out

@@ -17,6 +17,7 @@ from mechanisms import (
     SPARE,
     by_mech,
     tier_figure,
+    took_spare,
 )
 
 DELTA_ASSUMED_S = 30.0  # checkpoint cost of a large model's save to training (an assumption)
@@ -56,6 +57,10 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         rec = recovery_by_class(r)
         if rec is None or set(rec) != {"node", "process", "hang"}:
             notes.append(f"{r['mechanism']}: a fault class never recovered or missing; left out")
+            continue
+        why = no_takeover(r)
+        if why:
+            notes.append(why)
             continue
         lost = lost_by_class(r)
         mechs[r["mechanism"]] = {c: {"base_s": round(v, 1), "lost_steps": lost.get(c)}
@@ -117,6 +122,23 @@ def plan_inputs(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
             "mechanisms": mechs, "notes": notes, "options": options,
             "interval_steps": int(sec["workload"]["checkpoint_every"]),
             "step_s": STEP_S_ASSUMED, "repair_h": REPAIR_H_ASSUMED if options else None}
+
+
+def no_takeover(r: dict[str, Any]) -> str | None:
+    """Why a spare row cannot enter the projection (None when it can, or is no spare row): the
+    projection gives a spare row's node faults a spare, so its node-fault cost must be one a
+    spare took in this run (``took_spare``, from the row's events). A node fault the row
+    recovered another way (a shrink after the standby was spent, a requeue) measured something
+    else, and no spare's cost is taken from it or assumed."""
+    if r["mechanism"] not in (SPARE, INPROCESS_SPARE):
+        return None
+    node = [f for f in r["faults"] if f["type"] == "node"]
+    if node and all(took_spare(f) for f in node):
+        return None
+    how = "; ".join(f"step {f['step']}: {f.get('detail') or f['handled_by']}, "
+                    f"{f['recovery_s']} s" for f in node) or "no node fault"
+    return (f"'{r['mechanism']}' left out: no node fault taken by a spare was measured in this "
+            f"run ({how}), and its projection would need one")
 
 
 def lost_by_class(r: dict[str, Any]) -> dict[str, float]:

@@ -122,14 +122,13 @@ class Targeted:
         where = self.node if self.node is not None else f"rank{self.rank}"
         return f"targeted_{self.index:03d}-{self.step}-{self.type}-{where}.fired"
 
-    def applies(self, rank: int, local_rank: int, node: str | None,
-                live_world: int | None = None) -> bool:
-        """Whether it fires in this process; a ``rankN`` fault of a job that shrank to
-        ``live_world`` ranks fires on rank ``N % live_world`` (as scheduled faults do)."""
+    def applies(self, rank: int, local_rank: int, node: str | None) -> bool:
+        """Whether it fires in this process: on the named node (its local rank 0), or on live
+        rank N. A ``rankN`` fault of a job that shrank to N ranks or fewer fires nowhere (it
+        is skipped, never moved onto another rank: see ``FaultInjector.skipped``)."""
         if self.node is not None:
             return self.node == node and (local_rank == 0 or self.type == "slow")
-        assert self.rank is not None
-        return (self.rank if live_world is None else self.rank % live_world) == rank
+        return self.rank == rank
 
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -279,8 +278,9 @@ class FaultInjector:
     def set_world(self, schedule_world: int, live_world: int) -> None:
         """Draw the schedule over ``schedule_world`` ranks, a size fixed for the job's life
         (an elastic job's virtual shards), and fire a fault of rank ``r`` on rank
-        ``r % live_world``: a job that shrank meets the same faults as one that did not (a
-        targeted ``rankN`` fault too)."""
+        ``r % live_world``: a job that shrank meets the same faults as one that did not. A
+        targeted ``rankN`` fault is aimed at live rank N: with N >= ``live_world`` it is
+        skipped (``skipped``), and rank 0 says so when it reaches the fault's step."""
         o = self.options
         self.schedule = compute_schedule(o.count, o.seed, o.types, self.steps, schedule_world,
                                          o.weights)
@@ -289,8 +289,10 @@ class FaultInjector:
 
     def _pick_targeted(self, live_world: int | None) -> None:
         node = self.env.get("SLURMD_NODENAME")
-        mine = [t for t in self._all_targeted
-                if t.applies(self.rank, self._local_rank, node, live_world)]
+        mine = [t for t in self._all_targeted if t.applies(self.rank, self._local_rank, node)]
+        self._live_world, self.skipped = live_world, {
+            t.step: t for t in self._all_targeted
+            if t.rank is not None and live_world is not None and t.rank >= live_world}
         self.targeted = {t.step: t for t in mine if t.type != "slow"}
         self.slow = sorted((t for t in mine if t.type == "slow"), key=lambda t: t.step)
 
@@ -300,6 +302,9 @@ class FaultInjector:
 
     def maybe_fire(self, step: int) -> None:
         """Call once per step, before the step's work; fires this rank's fault for ``step``."""
+        if (gone := self.skipped.get(step)) is not None and self.rank == 0:
+            print(f"[fault] {gone.type}@{step}@rank{gone.rank} skipped: the job has "
+                  f"{self._live_world} rank(s) now, no rank {gone.rank}", flush=True)
         target = self.targeted.get(step)
         if target is not None and (target.type == "crash" or self._claim(target)):
             self._fire(Fault(target.index, step, self.rank,

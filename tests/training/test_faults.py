@@ -238,10 +238,11 @@ def test_schedule_over_a_fixed_world_survives_a_shrink(tmp_path) -> None:
     assert sorted(fired, key=lambda f: f.index) == three
 
 
-def test_targeted_rank_faults_survive_a_shrink(tmp_path) -> None:
-    """``--fault sigkill@29@rank2`` in a job that shrank from 3 ranks to 2 fires on rank 0
-    (2 % 2), once, as a scheduled fault of rank 2 would: an elastic mechanism meets the
-    faults of the benchmark's schedule, not fewer."""
+def test_targeted_rank_faults_skip_a_rank_the_job_lost(tmp_path, capsys) -> None:
+    """``--fault sigkill@29@rank2`` in a job that shrank from 3 ranks to 2 fires nowhere: it
+    is aimed at rank 2's process, never moved onto rank 0 (issue 36: after a shrink the
+    benchmark's faults for rank 2 fired on rank 0, a fault the other mechanisms never met);
+    rank 0 says it was skipped and why. The ranks still there meet theirs."""
     targeted = parse_targeted(["sigkill@29@rank2", "exception@36@rank1", "hang@22@rank0"])
     fired: list[Fault] = []
     opts = FaultOptions(count=0, seed=0, types=FAULT_TYPES)
@@ -252,9 +253,16 @@ def test_targeted_rank_faults_survive_a_shrink(tmp_path) -> None:
         inj.set_world(3, 2)
         for step in range(100):
             inj.maybe_fire(step)
-    assert sorted((f.step, f.rank, f.type) for f in fired) == [
-        (22, 0, "hang"), (29, 0, "sigkill"), (36, 1, "exception")]
-
+    assert sorted((f.step, f.rank, f.type) for f in fired) == [(22, 0, "hang"),
+                                                               (36, 1, "exception")]
+    out = capsys.readouterr().out
+    assert out.count("sigkill@29@rank2 skipped: the job has 2 rank(s) now, no rank 2") == 1
+    inj = FaultInjector(opts, steps=100, rank=2, world_size=3, state_dir=str(tmp_path / "b"),
+                        env={}, actions={t: fired.append for t in FAULT_TYPES},
+                        targeted=targeted)
+    inj.set_world(3, 3)  # the world whole again (level 1): rank 2 meets it
+    inj.maybe_fire(29)
+    assert fired[-1].step == 29 and fired[-1].rank == 2
 
 def test_parse_slow_fault_with_and_without_factor() -> None:
     got = parse_targeted(["slow@10@node2:1.5", "slow@3@node4", "slow@7@rank1:3"])
