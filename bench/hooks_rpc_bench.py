@@ -8,12 +8,15 @@ start on every node, and prints the controller's RPC counts by type: full node-t
 (``REQUEST_NODE_INFO_SINGLE``, target <= 1 per healthy node per interval, aim 0), per healthy
 node per health interval. The sandbox is brought down at the end.
 
-Usage: ``python bench/hooks_rpc_bench.py [--nodes 32] [--seconds 300] [--jobs 8]``.
+Usage: ``python bench/hooks_rpc_bench.py [--nodes 32] [--seconds 300] [--jobs 8] [--json OUT]``
+(``--json``: the counts, the command, when and at what load; docs/benchmarks.md quotes
+``bench/results/hooks-rpc.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -43,7 +46,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--jobs", type=int, default=8, help="short jobs submitted per minute")
     ap.add_argument("--timing", default="production", choices=["fast", "production"])
+    ap.add_argument("--json", default=None, help="write the figures here too")
     args = ap.parse_args()
+    load = [round(x, 1) for x in os.getloadavg()]
     root = tempfile.mkdtemp(prefix="rs-bench-rpc-")
     os.chmod(root, 0o755)
     try:
@@ -81,6 +86,18 @@ def main() -> int:
         print(f"full node-table RPCs: {counts.get('REQUEST_NODE_INFO', 0)} (target 0)")
         print(f"single-node queries per node per interval: {per_node:.3f} (target <= 1, aim 0)")
         print("(counts include the bench's own sbatch calls; it makes no node queries)")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"command": " ".join(["bench/hooks_rpc_bench.py", *sys.argv[1:]]),
+                           "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           "load_avg_at_start": load, "nodes": args.nodes,
+                           "timing": args.timing, "health_interval_s": interval,
+                           "measured_s": round(elapsed, 1), "jobs_submitted": submitted,
+                           "hook_runs": runs, "rpc_counts": {n: counts.get(n, 0)
+                                                              for n in COUNTED},
+                           "single_node_queries_per_node_per_interval": round(per_node, 3)},
+                          fh, indent=1)
+                fh.write("\n")
     finally:
         lifecycle.down(root, quiet=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -8,7 +8,10 @@ only prints its start time (``time.time()``, the batch script's clock too) and e
 figure is the launchers' start alone. The figure printed: resilient-launch's mean minus
 ft_launcher's (the issue's bound: <= 1 s).
 
-    python bench/launch_overhead.py [--dir /tmp/rs-bench-overhead] [--rounds 1]
+    python bench/launch_overhead.py [--dir /tmp/rs-bench-overhead] [--rounds 1] [--json OUT]
+
+``--json OUT`` writes the figures, the command and when and at what load they were measured
+(docs/benchmarks.md quotes ``bench/results/launch-overhead.json``).
 """
 
 from __future__ import annotations
@@ -107,10 +110,19 @@ def render(res: dict[str, Any]) -> str:
         f"runs: {each}"])
 
 
+def save_json(path: str, data: dict[str, Any]) -> None:
+    import json
+
+    with open(path, "w") as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=None, help="sandbox + work directory (default: a new temp)")
     ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds")
+    ap.add_argument("--json", default=None, help="write the figures here too")
     ns = ap.parse_args()
     from resilient_slurm.sandbox import lifecycle
     from resilient_slurm.slurm import connect
@@ -121,7 +133,13 @@ def main() -> int:
         work = Path(root) / "work"
         work.mkdir(exist_ok=True)
         slurm = connect(conf=paths.conf, backend="cli", timeout=10)
-        print(render(measure(slurm, paths.conf, work, ns.rounds)))
+        load = [round(x, 1) for x in os.getloadavg()]
+        res = measure(slurm, paths.conf, work, ns.rounds)
+        print(render(res))
+        if ns.json:
+            save_json(ns.json, {"command": " ".join(["bench/launch_overhead.py", *sys.argv[1:]]),
+                                "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                "load_avg_at_start": load, **res})
     finally:
         lifecycle.down(root, quiet=True)
         if ns.dir is None:

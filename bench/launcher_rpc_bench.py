@@ -15,6 +15,7 @@ Usage: ``python bench/launcher_rpc_bench.py [--nodes 64] [--jobs 8] [--seconds 1
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -62,7 +63,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=180.0)
     ap.add_argument("--start-bound", type=float, default=1500.0)
+    ap.add_argument("--json", default=None, help="write the figures here too")
     args = ap.parse_args()
+    load = [round(x, 1) for x in os.getloadavg()]
     per_job = args.nodes // args.jobs
     root = tempfile.mkdtemp(prefix="rs-bench-lrpc-")
     os.chmod(root, 0o755)
@@ -76,7 +79,8 @@ def main() -> int:
                 print(f"not every job stepping after {args.start_bound:.0f}s", file=sys.stderr)
                 return 1
             time.sleep(5)
-        print(f"all {args.jobs} jobs stepping {time.monotonic() - t0:.0f}s after submission")
+        stepping_after = time.monotonic() - t0
+        print(f"all {args.jobs} jobs stepping {stepping_after:.0f}s after submission")
         with lifecycle.rpc_window(root) as w:
             time.sleep(args.seconds)
         assert w.delta is not None
@@ -92,6 +96,20 @@ def main() -> int:
         print(f"job user {user}: {job_user} RPCs, {job_user / per_min:.2f} per job per minute")
         print(f"full node-table reads (REQUEST_NODE_INFO): "
               f"{w.delta.by_type.get('REQUEST_NODE_INFO', 0)} (target 0)")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"command": " ".join(["bench/launcher_rpc_bench.py", *sys.argv[1:]]),
+                           "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           "load_avg_at_start": load, "nodes": args.nodes, "jobs": args.jobs,
+                           "nodes_per_job": per_job, "window_s": args.seconds,
+                           "stepping_after_s": round(stepping_after, 1),
+                           "jobs_running_at_end": len(running), "rpcs": dict(w.delta.by_type),
+                           "per_job_per_minute": {k: round(n / per_min, 2)
+                                                  for k, n in w.delta.by_type.items()},
+                           "job_user_rpcs": job_user,
+                           "job_user_per_job_per_minute": round(job_user / per_min, 2)},
+                          fh, indent=1)
+                fh.write("\n")
         for jid, _ in jobs:
             c.slurm.cancel(jid)
     return 0

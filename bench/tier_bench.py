@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(args)
         return 0
     res = run(args)
+    res["command"] = " ".join(["bench/tier_bench.py", *(sys.argv[1:] if argv is None else argv)])
     print(render(res))
     if args.json:
         with open(args.json, "w") as fh:
