@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import NoReturn
 
 import click
 
 from resilient_slurm import verdict_file
+from resilient_slurm.config_schema import ConfigError
 from resilient_slurm.launcher import (
     exclusions,
     ft_config,
     plan,
+    site_config,
     spares,
     straggler,
     torchrun_args,
@@ -78,7 +81,7 @@ def default_state_dir(job_id: int, ckpt: str | None) -> str:
     return os.path.join(os.getcwd(), f".resilient-{job_id}")
 
 
-def _die(msg: str) -> None:
+def _die(msg: str) -> NoReturn:
     click.echo(f"resilient-launch: error: {msg}", err=True)
     sys.exit(EXIT_USAGE)
 
@@ -157,11 +160,12 @@ class TorchrunCommand(click.Command):
                    "progress (a higher reported step or a newer complete checkpoint).")
 @click.option("--max-strikes", type=click.IntRange(1), default=2, show_default=True,
               help="Ambiguous failures before a node is excluded.")
-@click.option("--verdict-path", default=verdict_file.DEFAULT_PATH, show_default=True,
-              envvar="RESILIENT_VERDICT_PATH",
-              help="The health verdicts the hooks publish ([hooks] verdict_file), {node} per "
-                   "node, read on the node when not visible here; empty: blame from Slurm "
-                   "state, drains and the step's records only.")
+@click.option("--verdict-path", default=None, envvar="RESILIENT_VERDICT_PATH",
+              help="The health verdicts the hooks publish, {node} per node, read on the node "
+                   "when not visible here; empty: blame from Slurm state, drains and the "
+                   "step's records only [default: the site config's [hooks] verdict_file "
+                   "($RESILIENT_SLURM_CONFIG, else /etc/resilient-slurm/config.toml), else "
+                   f"{verdict_file.DEFAULT_PATH}].")
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")
@@ -216,7 +220,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          heartbeat_timeout: float, heartbeat_floor: float,
          initial_heartbeat_timeout: float, term_timeout: float | None, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str, max_blame_share: float, node_query_interval: float,
+         verdict_path: str | None, max_blame_share: float, node_query_interval: float,
          health_timeout: float, verdict_wait: float, on_straggler: str,
          straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
          ft_args: tuple[str, ...],
@@ -240,6 +244,11 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         alloc = plan.Allocation.from_env(env)
     except plan.PlanError as exc:
         _die(str(exc))
+    try:
+        verdict_path = site_config.verdict_location(verdict_path, ctx.get_parameter_source(
+            "verdict_path") is click.core.ParameterSource.ENVIRONMENT, env)
+    except ConfigError as exc:
+        _die(f"health verdicts: {exc}")
     ckpt = checkpoint_dir or _default_ckpt(args)
     ckpt = os.path.abspath(ckpt) if ckpt else None
     sdir = os.path.abspath(state_dir or default_state_dir(alloc.job_id, ckpt))

@@ -16,16 +16,24 @@ Writing: :func:`publish` (the record itself is built by ``hooks/verdict.py`` fro
 report). Reading: :func:`read` / :func:`parse` give the :class:`Verdict` the launcher judges by
 (status, time, codes; at most :data:`MAX_BYTES` read, never raising; a record without
 ``format`` is taken as format 1), :func:`load` the whole record (``format`` required).
+Where: :func:`site_location` reads the site's ``[hooks] verdict_file`` as the job's user, so
+both sides agree on the location without the user naming it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm import fsutil
+from resilient_slurm.config import DEFAULT_PATH as CONFIG_PATH
+from resilient_slurm.config import ENV_PATH as CONFIG_ENV
+from resilient_slurm.config import ENV_PREFIX
+from resilient_slurm.config_schema import ConfigError, tomllib
+from resilient_slurm.config_source import file_text, key_line
 from resilient_slurm.status import STATUSES
 
 FORMAT = 1
@@ -95,3 +103,68 @@ def load(path: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
     return data
+
+
+# The variable that overrides the key, as the config loader names it (its precedence).
+KEY_ENV = f"{ENV_PREFIX}HOOKS_VERDICT_FILE"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where the hooks publish verdicts, as the job side learnt it."""
+
+    pattern: str  # {node} per node; "" when the site publishes none
+    source: str  # where ``pattern`` came from, for the job's log
+    warning: str = ""  # why the site's config could not be read ("" when it could)
+
+
+def site_location(env: Mapping[str, str]) -> Location:
+    """The site's ``[hooks] verdict_file``, read as the job's user (the file is 0644).
+
+    Precedence (the config loader's): :data:`DEFAULT_PATH` < the file (``$RESILIENT_SLURM_CONFIG``,
+    else :data:`CONFIG_PATH`) < ``$RESILIENT_SLURM_HOOKS_VERDICT_FILE``; a caller's flag or
+    variable of its own goes above. Only this key is read: the job's resilient-slurm may be
+    another version than the hooks', and their other keys are theirs to judge. An absent
+    default file is the default; an unreadable one is the default with a ``warning``. Raises
+    :class:`ConfigError` for a named file that cannot be read, a file that is not TOML, or a
+    ``verdict_file`` that is not an absolute path (or empty)."""
+    if KEY_ENV in env:
+        pattern = env[KEY_ENV]
+        _check_pattern(pattern, f"hooks.verdict_file (from ${KEY_ENV})", None, None)
+        return Location(pattern, f"${KEY_ENV}")
+    named = env.get(CONFIG_ENV) or ""
+    path = named or CONFIG_PATH
+    default = Location(DEFAULT_PATH, f"the default ({path} names none)")
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        if not named:
+            return Location(DEFAULT_PATH, f"the default (no {path})")
+        raise ConfigError("", f"no such file (${CONFIG_ENV})", path) from None
+    except OSError as exc:
+        if named:
+            raise ConfigError("", f"cannot read the config file: {exc.strerror or exc}",
+                              path) from None
+        return Location(DEFAULT_PATH, "the default", f"cannot read {path} "
+                        f"({exc.strerror or exc}): the hooks may publish elsewhere; make it "
+                        "world-readable (install-hooks writes it 0644) or name the location "
+                        "(--verdict-path)")
+    except (ValueError, RecursionError) as exc:  # not TOML, or not UTF-8
+        raise ConfigError("", f"invalid TOML: {exc}", path) from None
+    hooks = data.get("hooks")
+    if hooks is not None and not isinstance(hooks, dict):
+        raise ConfigError("hooks", "must be a table", path, key_line(file_text(path), "hooks"))
+    if not hooks or "verdict_file" not in hooks:
+        return default
+    pattern = hooks["verdict_file"]
+    _check_pattern(pattern, "hooks.verdict_file", path,
+                   key_line(file_text(path), "hooks.verdict_file"))
+    return Location(pattern, f"{path} [hooks] verdict_file")
+
+
+def _check_pattern(pattern: object, key: str, path: str | None, line: int | None) -> None:
+    if not isinstance(pattern, str):
+        raise ConfigError(key, f"expected a string, got {type(pattern).__name__}", path, line)
+    if pattern and not pattern.startswith("/"):
+        raise ConfigError(key, "must be an absolute path (or empty: not published)", path, line)

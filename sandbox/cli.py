@@ -99,14 +99,18 @@ def down(root: str) -> None:
 @sandbox.command()
 @DIR_OPTION
 def env(root: str) -> None:
-    """Print shell `export` lines for this sandbox (use with eval)."""
+    """Print shell `export` lines for this sandbox (use with eval): everything a job on it
+    needs (Slurm's config, the hooks' config, where resilient-launch reads the published
+    verdicts from, a node-memory folder per node for memory tiers)."""
+    from resilient_slurm.sandbox.jobuser import job_env
+
     paths = Paths(root)
     try:
         read_meta(paths)
     except SandboxError as exc:
         _fail(exc)
-    click.echo(f"export SLURM_CONF={shlex.quote(paths.conf)}")
-    click.echo(f"export RESILIENT_SANDBOX_DIR={shlex.quote(paths.root)}")
+    for name, value in job_env(paths).items():
+        click.echo(f"export {name}={shlex.quote(value)}")
 
 
 @sandbox.command()

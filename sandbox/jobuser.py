@@ -3,7 +3,8 @@
 ``up`` makes sure the account exists (``useradd`` when missing; it is left in place by ``down``,
 like any login on a cluster) and gives it a work directory in the sandbox with ``checkpoints/``
 and ``state/`` it owns. :func:`run_as` and ``resilient-slurm sandbox exec-as-user`` run a
-command as that user with the sandbox's ``SLURM_CONF`` and a clean environment.
+command as that user with a clean environment holding what a job on the sandbox needs
+(:func:`job_env`, which ``resilient-slurm sandbox env`` prints).
 """
 
 from __future__ import annotations
@@ -135,8 +136,34 @@ def job_user(root: str) -> JobUser:
     return JobUser(**data)
 
 
+NODE_MEMORY = "shm"  # each node's memory-tier folder, under its node directory
+
+
+def job_env(paths: Paths) -> dict[str, str]:
+    """What a job on this sandbox needs in its environment (sbatch passes the submitter's on):
+    ``SLURM_CONF``; ``RESILIENT_SANDBOX_DIR`` (node faults); ``RESILIENT_SLURM_CONFIG``, the
+    hooks' config, where resilient-launch reads where verdicts are published; and
+    ``RESILIENT_TIER1_DIR``, one node-memory folder per node (``{node}``: the nodes share this
+    host's ``/dev/shm``, a real node has memory of its own)."""
+    return {
+        "SLURM_CONF": paths.conf,
+        "RESILIENT_SANDBOX_DIR": paths.root,
+        "RESILIENT_SLURM_CONFIG": paths.p("etc", "resilient-slurm", "config.toml"),
+        "RESILIENT_TIER1_DIR": paths.p("nodes", "{node}", NODE_MEMORY),
+    }
+
+
+def make_node_memory(paths: Paths, nodes: Sequence[str]) -> None:
+    """Each node's memory-tier folder (:func:`job_env`), sticky and open to all, as
+    ``/dev/shm`` is (the epilog removes a finished job's folder in it)."""
+    for node in nodes:
+        path = os.path.join(paths.node_dir(node), NODE_MEMORY)
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o1777)
+
+
 def user_env(paths: Paths, user: JobUser, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean login-like environment for ``user`` pointing at this sandbox.
+    """A clean login-like environment for ``user`` pointing at this sandbox (:func:`job_env`).
 
     PATH holds the running Python's ``bin`` directory (the project's venv) first, then the
     system's, so ``resilient-launch`` and ``sbatch`` are both found.
@@ -148,7 +175,7 @@ def user_env(paths: Paths, user: JobUser, extra: Mapping[str, str] | None = None
         "LOGNAME": user.name,
         "SHELL": "/bin/bash",
         "LANG": "C.UTF-8",
-        "SLURM_CONF": paths.conf,
+        **job_env(paths),
     }
     env.update(extra or {})
     return env

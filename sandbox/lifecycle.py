@@ -77,6 +77,7 @@ def hooks_config(paths: Paths, extra: str = "", hooks_extra: str = "") -> str:
         f'metrics_file = "{p("nodes", "{node}", "metrics.prom")}"\n'
         # World-readable verdicts where jobs (the launcher's blame) read them.
         f'verdict_file = "{p("verdicts", "{node}.json")}"\n'
+        f'memory_tier_dir = "{p("nodes", "{node}", jobuser.NODE_MEMORY)}"\n'
         "resume_after = 2\n"
         "prolog_budget_s = 15\n"
         "epilog_budget_s = 15\n"
@@ -206,6 +207,7 @@ def up(
     )
     for n in names:
         os.makedirs(paths.node_dir(n), exist_ok=True)
+    jobuser.make_node_memory(paths, names)
     if hooks:
         plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
                                                   profile.health_interval, hooks_extra),

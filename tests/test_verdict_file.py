@@ -4,6 +4,7 @@ write is what the launcher reads, under one default path, and its parser never r
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -36,7 +37,10 @@ def test_one_default_path_for_both_sides() -> None:
 
     assert HooksConfig().verdict_file == verdict_file.DEFAULT_PATH
     out = CliRunner().invoke(main, ["--help"], terminal_width=200).output
-    assert verdict_file.DEFAULT_PATH in out  # --verdict-path's default
+    unwrapped = re.sub(r"\s*\n\s*", "", out)
+    # --verdict-path's default: the site's [hooks] verdict_file, else the hooks' own default
+    assert "the site config's [hooks] verdict_file" in " ".join(out.split())
+    assert verdict_file.DEFAULT_PATH in unwrapped
 
 
 def test_load_wants_the_format_read_takes_it_as_1(tmp_path: Path) -> None:
@@ -60,3 +64,56 @@ def test_parse_never_raises_and_keeps_only_verdicts(text: str) -> None:
     if v is not None:
         assert v.status in ("ok", "warn", "fail", "unknown") and v.ts > 0
         assert len(v.codes) <= verdict_file.MAX_CODES
+
+
+# --------------------------------------------------------------------------- where they live
+
+
+def _site(tmp_path: Path, text: str) -> dict[str, str]:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(text)
+    return {"RESILIENT_SLURM_CONFIG": str(cfg)}
+
+
+def test_the_job_side_reads_the_location_from_the_sites_config(tmp_path: Path) -> None:
+    env = _site(tmp_path, '[hooks]\nverdict_file = "/shared/verdicts/{node}.json"\n'
+                          "[health]\nnot_a_key_this_version_knows = 1\n")
+    got = verdict_file.site_location(env)
+    assert got.pattern == "/shared/verdicts/{node}.json" and not got.warning
+    assert got.source == f"{env['RESILIENT_SLURM_CONFIG']} [hooks] verdict_file"
+    # precedence: defaults < file < env (the config loader's variable for the key)
+    env["RESILIENT_SLURM_HOOKS_VERDICT_FILE"] = "/elsewhere/{node}.json"
+    assert verdict_file.site_location(env).pattern == "/elsewhere/{node}.json"
+    env["RESILIENT_SLURM_HOOKS_VERDICT_FILE"] = ""
+    assert verdict_file.site_location(env).pattern == ""  # the site publishes none
+    # a file without the key: the hooks' own default, which is the launcher's
+    got = verdict_file.site_location(_site(tmp_path, "[hooks]\nresume_after = 2\n"))
+    assert got.pattern == verdict_file.DEFAULT_PATH == HooksConfig().verdict_file
+
+
+def test_a_broken_or_missing_named_config_is_an_error_naming_it(tmp_path: Path) -> None:
+    import pytest
+
+    from resilient_slurm.config_schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"config\.toml:3: config key 'hooks\.verdict_file'"
+                                          r": must be an absolute path"):
+        verdict_file.site_location(_site(tmp_path, '# site\n[hooks]\nverdict_file = "v.json"\n'))
+    with pytest.raises(ConfigError, match="expected a string, got int"):
+        verdict_file.site_location(_site(tmp_path, "[hooks]\nverdict_file = 3\n"))
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        verdict_file.site_location(_site(tmp_path, "[hooks\n"))
+    with pytest.raises(ConfigError, match="no such file"):
+        verdict_file.site_location({"RESILIENT_SLURM_CONFIG": str(tmp_path / "none.toml")})
+
+
+def test_an_unreadable_default_config_is_a_warning_not_silence(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    monkeypatch.setattr(verdict_file, "CONFIG_PATH", str(tmp_path))  # a directory: unreadable
+    got = verdict_file.site_location({})
+    assert got.pattern == verdict_file.DEFAULT_PATH
+    assert got.warning.startswith(f"cannot read {tmp_path} (")
+    monkeypatch.setattr(verdict_file, "CONFIG_PATH", str(tmp_path / "absent.toml"))
+    got = verdict_file.site_location({})
+    assert (got.pattern, got.warning) == (verdict_file.DEFAULT_PATH, "")
+    assert "no " + str(tmp_path / "absent.toml") in got.source

@@ -1,0 +1,87 @@
+"""Issue 36 item 9, as a new user meets the sandbox: ``eval "$(resilient-slurm sandbox env)"``,
+then the shipped template (``sbatch/fsdp.sbatch``) on 4 nodes with ``--spares 1``, submitted
+as the job user, and no location of anything named by hand. A training node's GPU falls off
+the bus (``sandbox fault NODE xid79``) while the job trains.
+
+The launcher learns where the hooks publish verdicts from the site's config (the sandbox's,
+through ``$RESILIENT_SLURM_CONFIG``) and says so in the job's log; the standby's fresh ``ok``
+verdict qualifies it, and it takes the bad node's place: no requeue. Before, the launcher read
+its own default location, every read failed, the healthy spare was skipped and the job was
+requeued."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launch_helpers import kinds, wait_job, wait_step  # type: ignore[import-not-found]
+
+pytestmark = pytest.mark.slurm
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "sbatch" / "fsdp.sbatch"
+BIN = os.path.dirname(sys.executable)
+
+
+def sandbox_env(root: str) -> dict[str, str]:
+    """What ``eval "$(resilient-slurm sandbox env)"`` sets."""
+    out = subprocess.run([os.path.join(BIN, "resilient-slurm"), "sandbox", "env", "--dir", root],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        word, assignment = shlex.split(line)
+        assert word == "export", line
+        name, value = assignment.split("=", 1)
+        found[name] = value
+    return found
+
+
+def test_a_new_users_job_gets_its_spare_from_the_sites_verdicts(clean, slurm, job_user):
+    exported = sandbox_env(clean.root)
+    assert "{node}" in exported["RESILIENT_TIER1_DIR"]  # node memory of each node's own
+    work = job_user.make_dir(mode=0o755)
+    ckpt = os.path.join(work, "ck")
+    env = {**exported, "RESILIENT_LAUNCH_ARGS": "--spares 1", "FT_TERM_TIMEOUT": "3"}
+    res = job_user.run(clean, ["sbatch", "--parsable", "--nodes=4", f"--chdir={work}",
+                               f"--output={work}/slurm-%j.out", str(TEMPLATE), "--steps=120",
+                               f"--checkpoint-dir={ckpt}", "--checkpoint-every=2",
+                               "--step-sleep=0.3", "--threads=1", "--log-every=1"],
+                       env=env, capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    jid = int(res.stdout.strip().split(";")[0])
+    state = os.path.join(ckpt, ".resilient")
+    log = Path(work) / f"slurm-{jid}.out"
+    victim = ""
+    try:
+        wait_step(state, 5, timeout=240)
+        job = slurm.job(jid)
+        training = kinds(state, "cycle_start")[0]["nodes"]
+        victim = next(n for n in training if n != job.extra.get("batch_host"))
+        subprocess.run([os.path.join(BIN, "resilient-slurm"), "sandbox", "fault", victim,
+                        "xid79", "--dir", clean.root], check=True, timeout=60,
+                       capture_output=True)
+        job = wait_job(slurm, jid, timeout=420)
+        text = log.read_text(errors="replace")
+        config = exported["RESILIENT_SLURM_CONFIG"]
+        assert (f"health verdicts: {clean.p('verdicts', '{node}.json')} ({config} [hooks] "
+                "verdict_file)") in text, text[-4000:]
+        assert job.state == "COMPLETED", text[-4000:]
+        why = f"spare events {kinds(state, 'spare')}; {text[-3000:]}"
+        assert not kinds(state, "requeue") and job.restart_count == 0, why
+        swaps = [e for e in kinds(state, "spare") if e.get("node")]
+        assert [e["out"] for e in swaps] == [victim], why
+        assert swaps[0]["node"] not in training
+        assert f"spare {swaps[0]['node']} in for {victim}" in text
+    finally:
+        if victim:
+            subprocess.run([os.path.join(BIN, "resilient-slurm"), "sandbox", "fault", victim,
+                            "clear", "--dir", clean.root], check=False, timeout=60,
+                           capture_output=True)
+        if slurm.job(jid).state not in ("COMPLETED", "FAILED", "CANCELLED"):
+            slurm.cancel(jid)
