@@ -1,4 +1,5 @@
-"""Pure evaluation of kernel-log lines: Xid (per the generation's policy), SXid, EFA driver.
+"""Pure evaluation of kernel-log lines: Xid (per the generation's policy), SXid, EFA driver,
+mlx5 (InfiniBand / RoCE) driver.
 
 Xids come from the kernel log even when NVML is broken (the fallback): the GPU is named from
 NVML's PCI map when there is one, else by PCI address; the generation from the GPU, else the
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from resilient_slurm.healthcheck.config import HealthConfig
 
 from .kernlog import LogEvent, LogRead
+from .klog_rdma import mlx5_rule_for
 from .model import FAIL, OK, UNKNOWN, WARN, Result
 from .policy import XidPolicy, XidRule, efa_rule_for, worst_action
 from .registry import EVERY_SET, declare
@@ -200,3 +202,53 @@ def evaluate_efa_driver(read: LogRead, ctx: LogContext) -> list[Result]:
                        " | ".join(ev.text[:150] for ev in fatal[:5]) + f" [policy: {src}]",
                        action=action, hold=action in ("drain", "reset_gpu", "reboot"))]
     return [Result(check, OK, "OK", "no fatal EFA driver lines")]
+
+
+@declare("ib_driver", "kernlog", EVERY_SET, context="log")
+def evaluate_ib_driver(read: LogRead, ctx: LogContext) -> list[Result]:
+    """mlx5 (ConnectX: InfiniBand, RoCE) driver lines (:mod:`.klog_rdma`, ``mlx5.toml``): a
+    fatal device error or a failing firmware health poll fails with a hold (per PCI
+    function); a command failure other than the routine ones (``ACCESS_REG``) and a port
+    module error warn; port state changes are counted, and a link that went down warns."""
+    check = "ib_driver"
+    if read.error:
+        return _unreadable(check, read)
+    out: list[Result] = []
+    counted: dict[str, int] = defaultdict(int)
+    links: dict[str, dict[str, int]] = defaultdict(lambda: {"link_up": 0, "link_down": 0})
+    where: dict[str, str] = {}  # netdev -> its PCI function
+    for ev in read.events:
+        if ev.kind != "mlx5":
+            continue
+        times = f" (x{ev.count})" if ev.count > 1 else ""
+        evidence = f"{ev.pci} x{ev.count}: {ev.text[:200]}"
+        if ev.severity == "fatal":
+            rule = mlx5_rule_for(ev.key)
+            action = rule.action if rule is not None else "drain"
+            out.append(Result(check, FAIL, "IB_DRIVER_FATAL", f"mlx5 {ev.pci}: "
+                              f"{rule.meaning if rule else ev.key}{times}", evidence +
+                              f" [policy: {rule.source if rule else 'mlx5.toml'}]",
+                              action=action, device=ev.pci, hold=True))
+        elif ev.severity in ("link_up", "link_down"):
+            links[ev.pci][ev.severity] += ev.count
+            where[ev.pci] = ev.key
+        elif ev.severity == "cmd_fail":
+            out.append(Result(check, WARN, "IB_CMD_FAILED", f"mlx5 {ev.pci}: firmware command "
+                              f"{ev.key} failed{times}", evidence, device=ev.pci))
+        elif ev.severity == "module_error":
+            out.append(Result(check, WARN, "IB_MODULE_ERROR", f"mlx5 {ev.pci}: port module "
+                              f"error{times}: {ev.key}", evidence, device=ev.pci))
+        else:  # cmd_noise, module: counted
+            counted[f"{ev.key} on {ev.pci}"] += ev.count
+    for dev, n in sorted(links.items()):
+        seen = f"link down x{n['link_down']}, up x{n['link_up']}"
+        if n["link_down"]:
+            out.append(Result(check, WARN, "IB_LINK_FLAP", f"mlx5 {dev}: {seen} in this window",
+                              f"{dev} on mlx5_core {where[dev]}: {seen}", device=dev))
+        else:
+            counted[f"link up on {dev}"] += n["link_up"]
+    if out:
+        return out
+    what = ", ".join(f"{k} x{v}" for k, v in sorted(counted.items())[:8])
+    return [Result(check, OK, "OK", "no fatal mlx5 driver lines" + (f"; counted: {what}"
+                                                                   if what else ""), what)]

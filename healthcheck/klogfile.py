@@ -24,9 +24,9 @@ from typing import Any
 
 from .kernlog import MAX_LINE_CHARS, LogRead
 
-# Lines without these cannot be an Xid, SXid or EFA event: not kept (a log of 50 MB of
-# unrelated lines costs one pass, no memory).
-_MAY_MATTER = ("xid", "efa")
+# Lines without these cannot be an Xid, SXid, EFA, InfiniBand or mlx5 event: not kept (a log
+# of 50 MB of unrelated lines costs one pass, no memory).
+_MAY_MATTER = ("xid", "efa", "infiniband", "mlx5_core")
 _CHUNK = 64 * 1024
 _BUDGET_SHARE = 0.8  # of the read's timeout: leave the rest for judging and saving
 _CLOCK_EVERY = 1024  # lines between looks at the clock

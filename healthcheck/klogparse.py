@@ -2,7 +2,8 @@
 
 Contract (``parse_line``): a message is the driver's when it *starts* with the driver's
 prefix (``NVRM: Xid (PCI:<bdf>): <code>, ``, ``nvidia-nvswitch<N>: SXid (PCI:<bdf>): <code>, ``,
-``efa <bdf>[ <ibdev>]: ``), right after the framing of the format it was read in:
+the EFA / InfiniBand / mlx5 device prefixes of :mod:`.klog_rdma`), right after the framing of
+the format it was read in:
 
 * ``message`` framing (``/dev/kmsg`` record text, journal ``MESSAGE``): the text as it is;
   the sources have already dropped records that are not from the kernel facility.
@@ -31,7 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .policy import XidRule, efa_rules
+from .klog_rdma import parse_rdma
+from .policy import XidRule
 from .xid_decode import action_for_154, decode_nvlink5, decode_xid74
 
 MAX_LINE_CHARS = 4096  # longer log lines are cut before parsing (bounded time per line)
@@ -45,9 +47,6 @@ _XID_GARBLED = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f]+:[0-9A-Fa-f]")
 _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
                    r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d{1,6})(?=,|\s|$),? ?(.*)")
 _SXID_GARBLED = re.compile(r"nvidia-nvswitch\d+: SXid")
-_EFA = re.compile(r"efa ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])(?: [\w.-]+)?: ")
-_EFA_FATAL_PHRASE = re.compile("|".join(re.escape(r.phrase) for r in efa_rules()),
-                               re.IGNORECASE)
 _PID_NAME = re.compile(r"^pid=[^,]*,\s*name=[^,]*,\s*")
 _SXID_FOLLOWUP = re.compile(r"Severity (\d+) Engine instance", re.IGNORECASE)
 
@@ -71,13 +70,14 @@ class LogEvent:
     """One driver event. ``severity`` (SXid): fatal | nonfatal | correctable | unknown;
     ``count``: how many lines of the read this event stands for (see :class:`EventTally`)."""
 
-    kind: str  # xid | sxid | sxid_detail | efa | garbled_xid | garbled_sxid
+    kind: str  # xid | sxid | sxid_detail | efa | mlx5 | garbled_xid | garbled_sxid
     code: int | None
     pci: str
     text: str
     ts: float | None
     severity: str = ""
     count: int = 1
+    key: str = ""  # efa / mlx5: the phrase, command or state that keeps events apart
 
     @property
     def fatal(self) -> bool:
@@ -126,9 +126,10 @@ def parse_message(msg: str, ts: float | None = None) -> LogEvent | None:
         if _SXID_GARBLED.match(msg):
             return LogEvent("garbled_sxid", None, "", msg.strip()[:200], ts)
         return None
-    if msg.startswith("efa ") and (e := _EFA.match(msg)) is not None:
-        if _EFA_FATAL_PHRASE.search(msg, e.end()):
-            return LogEvent("efa", None, norm_pci(e.group(1)), msg.strip()[:400], ts)
+    if msg.startswith(("efa ", "infiniband ", "mlx5_core ")):
+        if (r := parse_rdma(msg)) is not None:
+            device = norm_pci(r.device) if r.kind == "efa" and ":" in r.device else r.device
+            return LogEvent(r.kind, None, device, msg.strip()[:400], ts, r.severity, key=r.key)
     return None
 
 
@@ -201,9 +202,8 @@ def _variant(ev: LogEvent) -> str:
         if ev.code == 74:  # ignorable register bits: kept apart from a line that resets
             return f"{sev}|74:{decode_xid74(_RESET, ev.text).action}"
         return sev + "|" + ((action_for_154(ev.text) or "?") if ev.code == 154 else "")
-    if ev.kind == "efa":
-        m = _EFA_FATAL_PHRASE.search(ev.text.lower())
-        return m.group(0) if m else ""
+    if ev.kind in ("efa", "mlx5"):
+        return f"{ev.severity}|{ev.key}"
     return ev.severity
 
 

@@ -14,7 +14,7 @@ SXID_FATAL = ("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 
               "timeout error (First)")
 SXID_NONFATAL = ("nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Non-fatal, Link 30 LTSSM "
                  "Fault Up")
-EFA_DEAD = "efa 0000:a8:00.0: Failed to get admin completion, aborting"
+EFA_DEAD = "efa 0000:a8:00.0 rdmap168s0: Admin queue is closed"  # efa_com.c
 
 
 def read(*lines: str, uptime: float = 86400.0, error: str = "") -> LogRead:
@@ -109,7 +109,8 @@ def test_unmapped_pci_still_reported():
 
 
 def test_unreadable_and_garbled_log_never_ok():
-    for fn in (cl.evaluate_xid, cl.evaluate_sxid, cl.evaluate_efa_driver):
+    for fn in (cl.evaluate_xid, cl.evaluate_sxid, cl.evaluate_efa_driver,
+               cl.evaluate_ib_driver):
         (r,) = fn(read(error="kmsg: Permission denied"), ctx())
         assert (r.status, r.code) == ("unknown", "KLOG_UNREADABLE")
     (r,) = cl.evaluate_xid(read("NVRM: Xid (PCI:0000:53:00): \x00\x13garbage"), ctx())

@@ -28,7 +28,8 @@ NVML_INIT = '[nvml]\nbehavior = "init_error"\nerror = "DRIVER_NOT_LOADED"\n'
 LOG_EVENT = {
     "xid": "NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x, GPU has fallen off the bus.",
     "sxid": "nvidia-nvswitch1: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 4 timeout",
-    "efa_driver": "efa 0000:a8:00.0: Failed to get admin completion, aborting",
+    "efa_driver": "efa 0000:a8:00.0 rdmap168s0: Admin queue is closed",
+    "ib_driver": "mlx5_core 0000:3b:00.0: poll_health:802:(pid 0): Fatal error 1 detected",
 }
 LOG_GARBAGE = {
     "xid": "NVRM: Xid (PCI:0000:53:00): \\u0013\\u0000 ### torn record",

@@ -44,11 +44,13 @@ FATAL = {
             "GPU has fallen off the bus.", "XID79"),
     "sxid": ("[86390.2] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 "
              "sourcetrack timeout error (First)", "SXID24007"),
-    "efa_driver": ("[86390.3] efa 0000:a8:00.0: Failed to get admin completion, aborting",
+    "efa_driver": ("[86390.3] efa 0000:a8:00.0 rdmap168s0: Admin queue is closed",
                    "EFA_DRIVER_FATAL"),
+    "ib_driver": ("[86390.4] mlx5_core 0000:3b:00.0: poll_health:802:(pid 0): Fatal error 1 "
+                  "detected", "IB_DRIVER_FATAL"),
 }
 EVALUATE = {"xid": cl.evaluate_xid, "sxid": cl.evaluate_sxid,
-            "efa_driver": cl.evaluate_efa_driver}
+            "efa_driver": cl.evaluate_efa_driver, "ib_driver": cl.evaluate_ib_driver}
 
 
 def ctx() -> cl.LogContext:

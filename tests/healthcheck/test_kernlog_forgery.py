@@ -19,7 +19,7 @@ from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
 from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, parse_line
 from resilient_slurm.healthcheck.klogparse import journal_record, kmsg_record, parse_message
-from resilient_slurm.healthcheck.policy import load_policy
+from resilient_slurm.healthcheck.policy import efa_rules, load_policy
 from resilient_slurm.healthcheck.seams import check_node
 
 from .helpers import by_check, make_config
@@ -30,8 +30,12 @@ FORGED = [
     "NVRM: Xid (0000:53:00): 48, DBE",
     "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 sourcetrack timeout",
     "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): garbled",
-    "efa 0000:a8:00.0: Failed to get admin completion, aborting",
-    "efa 0000:a8:00.0 rdmap0s1: Admin queue is not running",
+    "efa 0000:a8:00.0: EFA device init failed",
+    "efa 0000:a8:00.0 rdmap0s1: Admin queue is closed",
+    "infiniband rdmap0s1: Wait for completion (polling) timeout",
+    "mlx5_core 0000:3b:00.0: poll_health:802:(pid 0): Fatal error 1 detected",
+    "mlx5_core 0000:3b:00.0: device's health compromised - reached miss count",
+    "mlx5_core 0000:3b:00.0 ibp59s0: Link down",
     "[86390.1] NVRM: Xid (PCI:0000:86:00): 79, x",
     "\nNVRM: Xid (PCI:0000:86:00): 79, x",
 ]
@@ -173,12 +177,16 @@ def test_genuine_sxid_parses_in_every_format(n, pci, code, word, link, text):
         assert (ev.kind, ev.code, ev.severity) == ("sxid", code, word[1]), fmt  # type: ignore[attr-defined]
 
 
-@given(bdf.map(lambda p: p.split(".")[0] + ".0"), st.sampled_from(["", " rdmap16s28", " efa_0"]),
-       st.sampled_from(["Failed to get admin completion, aborting", "Admin queue is not running",
-                        "reset device failed"]))
-@settings(max_examples=100, deadline=None)
-def test_genuine_efa_fatal_parses_in_every_format(pci, ibdev, phrase):
-    for fmt, records, framing in renderings(f"efa {pci}{ibdev}: {phrase}".encode()):
+@given(bdf.map(lambda p: p.split(".")[0] + ".0"),
+       st.sampled_from(["efa {pci}: ", "efa {pci} rdmap16s28: ", "efa {pci} efa_0: ",
+                        "infiniband rdmap16s28: "]),
+       st.sampled_from([r.phrase for r in efa_rules()]), detail)
+@settings(max_examples=150, deadline=None)
+def test_genuine_efa_fatal_parses_in_every_format(pci, prefix, phrase, tail):
+    """Every phrase of efa.toml (the upstream driver's format strings), after each prefix the
+    kernel prints for it (dev_err, ibdev_err, dev_err on the ib device), is an EFA event."""
+    line = prefix.format(pci=pci) + phrase + tail
+    for fmt, records, framing in renderings(line.encode()):
         assert records is not None, fmt
         (ev,) = events_of(records, framing)
         assert ev.kind == "efa", fmt  # type: ignore[attr-defined]
@@ -191,7 +199,7 @@ def test_forged_lines_that_the_old_reader_took_for_xids():
                  "[86000.2] audit: type=1326 audit(1.2:3): pid=1 comm=\"x\" exe=\"/tmp/"
                  "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 4\" sig=31",
                  "[86000.3] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/efa 0000:a8:00.0:"
-                 " Failed to get admin completion,task=x,pid=1,uid=1000",
+                 " Admin queue is closed,task=x,pid=1,uid=1000",
                  "[86000.4] NVRM: Xid[4242]: segfault at 0 ip 0 sp 0 error 6 in x[401000+1000]"):
         assert parse_line(line) is None, line
     assert parse_message("NVRM: Xid (PCI:0000:86:00): 79, x") is not None
@@ -201,7 +209,7 @@ def test_forged_xid_scenario_is_healthy(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
     report = check_node(cfg, simulate="forged-xid", node="n1")
     assert report.exit_code == 0, [r.to_json() for r in report.results if r.status != "ok"]
-    for check in ("xid", "sxid", "efa_driver"):
+    for check in ("xid", "sxid", "efa_driver", "ib_driver"):
         assert [r.status for r in by_check(report, check)] == ["ok"], check
 
 
@@ -211,5 +219,5 @@ def test_forged_lines_never_reach_the_evaluators():
     lines = [shape.replace("{comm}", "NVRM: Xid (PCI:").replace("{arg}", FORGED[0])
              for shape in SHAPES]
     read = LogRead("file", "b", 86400.0, [LogRecord(i, None, t) for i, t in enumerate(lines)])
-    for fn in (cl.evaluate_xid, cl.evaluate_sxid, cl.evaluate_efa_driver):
+    for fn in (cl.evaluate_xid, cl.evaluate_sxid, cl.evaluate_efa_driver, cl.evaluate_ib_driver):
         assert [r.status for r in fn(read, ctx)] == ["ok"]

@@ -33,6 +33,10 @@ EXPECTED = {
     "b200-under-p5": (1, [("gpu_count", "GPU_GENERATION", "gpu0"), ("xid", "XID145", "gpu0")]),
     "xid74-ignorable": (1, [("xid", "XID74", "gpu5")]),
     "xid154-by-value": (1, [("xid", "XID154", "gpu2")]),
+    "efa-admin-queue-dead": (1, [("efa_driver", "EFA_DRIVER_FATAL", None)]),
+    "ib-mlx5-fatal": (1, [("ib_driver", "IB_DRIVER_FATAL", "0000:3b:00.0"),
+                          ("ib_driver", "IB_LINK_FLAP", "ibp94s0")]),
+    "ib-mlx5-noise": (0, []),
     "gpu-proc-left": (0, []),  # the periodic set does not look; the epilog does (holds tests)
 }
 

@@ -54,8 +54,11 @@ def test_megabyte_line_of_efa_words_parses_in_linear_time():
     done = subprocess.run([sys.executable, "-c", code], input=line, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "None"
-    fatal = "efa 0000:a8:00.0: " + "efa " * 1000 + "Failed to get admin completion"
+    fatal = "efa 0000:a8:00.0 rdmap168s0: Admin queue is closed"  # efa_com.c's words
     assert kernlog.parse_line(fatal).kind == "efa"  # type: ignore[union-attr]
+    # a phrase the driver prints is only its word right after the prefix
+    assert kernlog.parse_line("efa 0000:a8:00.0: " + "efa " * 1000 + "Admin queue is closed") \
+        is None
 
 
 def test_big_kernel_log_is_not_reread(tmp_path):
@@ -277,7 +280,7 @@ def test_nonfatal_sxid_followup_lines_are_not_fatal():
 def test_efa_driver_action_comes_from_policy_data():
     from resilient_slurm.healthcheck import policy
 
-    rule = policy.efa_rule_for("efa 0000:a8:00.0: Failed to get admin completion, aborting")
+    rule = policy.efa_rule_for("efa 0000:a8:00.0 rdmap168s0: Admin queue is closed")
     assert rule is not None and rule.action == "reboot" and rule.source
 
 
