@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from resilient_slurm import verdict_file
+from resilient_slurm.events import EventKind, EventLog, VerdictUnread
 from resilient_slurm.launcher import blame, plan
 from resilient_slurm.slurm import Node, SlurmBackend, SlurmError
 from resilient_slurm.status import FAIL
@@ -119,19 +120,40 @@ def error_files(cycle_dir: str) -> dict[str, list[str]]:
 
 def verdicts(pattern: str, nodes: Sequence[str], since: float, max_age: float,
              job_id: int, env: Mapping[str, str], out_dir: str,
-             timeout: float) -> dict[str, verdict_file.Verdict]:
+             timeout: float, unread: dict[str, str] | None = None
+             ) -> dict[str, verdict_file.Verdict]:
     """Each node's published verdict, fresh ones only (time >= ``since - max_age``): read
     here where the file is visible (shared storage), else on the node itself through one
-    ``srun --overlap`` that only reads (no root check runs as the user)."""
+    ``srun --overlap`` that only reads (no root check runs as the user). ``unread`` gets
+    node -> why for each node whose verdict could not be read at all, here or there (a stale
+    verdict was read: it is not there; a node read since leaves it)."""
     got = {n: verdict_file.read(verdict_file.path_for(pattern, n)) for n in nodes}
     missing = [n for n, v in got.items() if v is None]
+    why: dict[str, str] = {}
     if missing and pattern:
-        got.update(_read_remote(pattern, missing, job_id, env, out_dir, timeout))
+        found, why = _read_remote(pattern, missing, job_id, env, out_dir, timeout)
+        got.update(found)
+    if unread is not None:
+        for n in nodes:
+            if n in why:
+                unread[n] = why[n]
+            elif got.get(n) is not None:
+                unread.pop(n, None)
     return {n: v for n, v in got.items() if v is not None and v.ts >= since - max_age}
 
 
+def report_unread(log: EventLog, pattern: str, unread: Mapping[str, str], purpose: str,
+                  cycle: int) -> None:
+    """A ``verdict_unread`` event (and its job-log line) for the nodes whose published verdict
+    could not be read for ``purpose`` (``blame``, ``spares``); nothing when there are none."""
+    if unread:
+        log.emit(EventKind.VERDICT_UNREAD, **VerdictUnread(
+            pattern=pattern, nodes=dict(unread), purpose=purpose, cycle=cycle))
+
+
 def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[str, str],
-                 out_dir: str, timeout: float) -> dict[str, verdict_file.Verdict | None]:
+                 out_dir: str, timeout: float
+                 ) -> tuple[dict[str, verdict_file.Verdict | None], dict[str, str]]:
     cmd = [sys.executable, "-m", "resilient_slurm.launcher.published", pattern]
     argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir), *cmd],
                              ["--overlap", f"--time={max(1, int(timeout // 60) + 1)}"], job_id)
@@ -143,22 +165,37 @@ def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[s
     except (subprocess.TimeoutExpired, OSError):
         pass
     recs = exit_records(out_dir)
-    return {n: verdict_file.parse(str(recs.get(n, {}).get("stdout", ""))) for n in nodes}
+    found = {n: verdict_file.parse(str(recs.get(n, {}).get("stdout", ""))) for n in nodes}
+    return found, {n: _why_unread(recs.get(n), pattern, n) for n in nodes if found[n] is None}
+
+
+def _why_unread(rec: Mapping[str, Any] | None, pattern: str, node: str) -> str:
+    """Why a node's on-node read gave no verdict, from its record (``published.py``)."""
+    path = verdict_file.path_for(pattern, node)
+    if rec is None:
+        return f"{path}: the read on the node did not report (srun failed or timed out)"
+    try:
+        said = json.loads(str(rec.get("stdout") or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        said = None
+    if isinstance(said, dict) and isinstance(said.get("unreadable"), str):
+        return said["unreadable"][:300]
+    return f"{path}: not a verdict (exit {rec.get('rc')})"
 
 
 def reader(cfg: Settings, nodes: Sequence[str], since: float, job_id: int,
-           env: Mapping[str, str], out_dir: str
+           env: Mapping[str, str], out_dir: str, unread: dict[str, str] | None = None
            ) -> Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None:
     """The published verdicts of ``nodes`` (:func:`verdicts`) as ``read(after)``: those taken
     at ``after`` or later, or with None those fresh for a cycle begun at ``since``; None
-    without a verdict path."""
+    without a verdict path. ``unread``: as :func:`verdicts`', over every read."""
     if not cfg.verdict_path:
         return None
 
     def read(after: float | None) -> Mapping[str, verdict_file.Verdict]:
         return verdicts(cfg.verdict_path, nodes, since if after is None else after,
                         cfg.verdict_max_age if after is None else 0.0, job_id, env, out_dir,
-                        cfg.health_timeout)
+                        cfg.health_timeout, unread)
     return read
 
 

@@ -89,11 +89,16 @@ def launcher_line(kind: str, f: dict[str, Any]) -> str | None:
         return f"left out {f.get('node')} by {f.get('by')}: the step goes on without it"
     if kind == EventKind.SPARE:
         left = len(f.get("spares_left") or [])
+        skipped = "".join(f"; skipped {n}: {why}" for n, why in (f.get("skipped") or {}).items())
         if not f.get("node"):
             return (f"no healthy spare for {','.join(f.get('unswapped') or [])}: shrink "
-                    f"(--min-nodes) or requeue")
+                    f"(--min-nodes) or requeue{skipped}")
         return (f"spare {f.get('node')} in for {f.get('out')} "
-                f"({', '.join(f.get('reason') or [])}); {left} spare(s) left")
+                f"({', '.join(f.get('reason') or [])}); {left} spare(s) left{skipped}")
+    if kind == EventKind.VERDICT_UNREAD:
+        return (f"cannot read the hooks' verdict of {','.join(f.get('nodes') or {})} (for "
+                f"{f.get('purpose')}): " + "; ".join((f.get("nodes") or {}).values())
+                + " (where the hooks publish: [hooks] verdict_file, --verdict-path)")
     if kind == EventKind.RECOVERY:
         return f"{f.get('by')} on {','.join(f.get('nodes') or [])}"
     if kind == EventKind.RELEASE and f.get("done"):

@@ -1,11 +1,14 @@
 """``python -m resilient_slurm.launcher.published PATTERN``: print this node's published
 verdict file as one JSON line (read on the node by ``srun --overlap`` where the file is not on
 shared storage; ``launcher/evidence.py``); it only reads. The file's format, default path and
-parser: ``resilient_slurm.verdict_file``, the contract the hooks write by.
+parser: ``resilient_slurm.verdict_file``, the contract the hooks write by. A file it cannot
+read is exit 1 with ``{"unreadable": "PATH: why"}`` on stdout (what the launcher records) and
+the same on stderr.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -23,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(path, "rb") as fh:
             sys.stdout.write(fh.read(MAX_BYTES).decode("utf-8", "replace").strip() + "\n")
     except OSError as exc:
-        print(f"{path}: {exc.strerror}", file=sys.stderr)
+        why = f"{path}: {exc.strerror or exc}"
+        print(json.dumps({"unreadable": why}))
+        print(why, file=sys.stderr)
         return 1
     return 0
 

@@ -99,13 +99,17 @@ def judge(verdict_status: str | None, slurm_state: str | None, available: bool) 
 
 def health(slurm: SlurmBackend, nodes: Sequence[str], verdict_path: str, since: float,
            max_age: float, job_id: int, env: Mapping[str, str], out_dir: str,
-           timeout: float) -> dict[str, Health]:
+           timeout: float, unread: dict[str, str] | None = None) -> dict[str, Health]:
     """Each standby's :class:`Health` now. No ``verdict_path``: none qualifies (the hooks'
-    verdict is what gates a spare)."""
+    verdict is what gates a spare). ``unread`` gets node -> why for each verdict that could
+    not be read (``evidence.verdicts``); that node's ``why`` says so."""
     if not nodes:
         return {}
+    lost: dict[str, str] = {}
     found = evidence.verdicts(verdict_path, nodes, since, max_age, job_id, env, out_dir,
-                              timeout) if verdict_path else {}
+                              timeout, lost) if verdict_path else {}
+    if unread is not None:
+        unread.update(lost)
     out: dict[str, Health] = {}
     for n in nodes:
         v = found.get(n)
@@ -116,6 +120,8 @@ def health(slurm: SlurmBackend, nodes: Sequence[str], verdict_path: str, since: 
         except SlurmError:
             state, avail = None, False
         out[n] = judge(v.status if v is not None else None, state, avail)
+        if n in lost:
+            out[n] = Health(False, f"its health verdict could not be read ({lost[n]})")
     return out
 
 
@@ -132,6 +138,7 @@ class Choice:
     swaps: list[Swap] = field(default_factory=list)
     unswapped: list[str] = field(default_factory=list)  # blamed, no healthy spare left
     skipped: dict[str, str] = field(default_factory=dict)  # standby -> why it was not used
+    unread: dict[str, str] = field(default_factory=dict)  # standby -> why its verdict was unread
 
     def nodes(self, survivors_in_order: Sequence[str], before: Sequence[str]) -> list[str]:
         """The next cycle's nodes: ``before`` with each swapped node replaced in place by its
@@ -166,9 +173,12 @@ def for_blamed(slurm: SlurmBackend, standby: Sequence[str], blamed: Mapping[str,
     on-node checks write under ``cycle_dir/spares``."""
     if not standby or not blamed:
         return None
+    unread: dict[str, str] = {}
     fit = health(slurm, standby, cfg.verdict_path, time.time(), cfg.verdict_max_age, job_id,
-                 env, os.path.join(cycle_dir, "spares"), cfg.health_timeout)
-    return choose(blamed, standby, fit)
+                 env, os.path.join(cycle_dir, "spares"), cfg.health_timeout, unread)
+    found = choose(blamed, standby, fit)
+    found.unread = unread
+    return found
 
 
 def nvrx_note(version: str | None) -> str:
@@ -193,9 +203,8 @@ def _at_least(version: str | None, want: tuple[int, int]) -> bool:
 
 def commit(log: EventLog, standby: list[str], swap: Choice | None, cycle: int) -> dict[str, str]:
     """The next cycle runs with ``swap``: one ``spare`` event per swap (which node out, which
-    spare in, why), the spares used leave ``standby`` (in place); a ``spare`` event without
-    ``node`` names blamed nodes no healthy spare was left for. Returns swapped-out node ->
-    ``"spare"`` (the mode of its ``exclude`` event)."""
+    spare in, why), the spares used leave ``standby`` (in place); then :func:`unused`.
+    Returns swapped-out node -> ``"spare"`` (the mode of its ``exclude`` event)."""
     if swap is None:
         return {}
     for s in swap.swaps:
@@ -203,9 +212,16 @@ def commit(log: EventLog, standby: list[str], swap: Choice | None, cycle: int) -
         log.emit(EventKind.SPARE, **Spare(
             out=s.out, node=s.spare, reason=list(s.why), health=s.spare_health,
             spares_left=list(standby), skipped=swap.skipped or None, cycle=cycle))
-    if swap.unswapped:
+    unused(log, standby, swap, cycle)
+    return {s.out: "spare" for s in swap.swaps}
+
+
+def unused(log: EventLog, standby: list[str], swap: Choice | None, cycle: int) -> None:
+    """A ``spare`` event without ``node`` naming the blamed nodes no healthy spare was left
+    for, with why each standby was skipped: also when the job then requeues or stops instead
+    of going on (no swap is made then)."""
+    if swap is not None and swap.unswapped:
         log.emit(EventKind.SPARE, **Spare(
             out=None, node=None, unswapped=swap.unswapped, skipped=swap.skipped or None,
             spares_left=list(standby), cycle=cycle,
             reason=["no healthy spare left: shrink (--min-nodes) or requeue"]))
-    return {s.out: "spare" for s in swap.swaps}

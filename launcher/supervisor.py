@@ -147,6 +147,8 @@ class Supervisor:
             survivors = [n for n in nodes if n not in decision.blamed]
             swap = spares.for_blamed(self.slurm, self.standby, decision.blamed, self.cfg,
                                      self.alloc.job_id, self.env, cycle_dir)
+            evidence.report_unread(self.log, self.cfg.verdict_path, swap.unread if swap else {},
+                                   "spares", self.node_ledger.cycles)
             if swap is not None:  # hot spares in place of blamed nodes: the same world size
                 survivors = swap.nodes(survivors, nodes)
             prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
@@ -154,6 +156,7 @@ class Supervisor:
             d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
                                                   len(decision.blamed)), prefer_requeue=prefer))
             if d.action is not Action.ELASTIC:
+                spares.unused(self.log, self.standby, swap, self.node_ledger.cycles)
                 return self._act(d)
             out = spares.commit(self.log, self.standby, swap, self.node_ledger.cycles)
             for node in decision.nodes:
@@ -235,11 +238,14 @@ class Supervisor:
                                                   self.node_ledger.excluded, self.env, self.log)
 
     def _blame(self, nodes: list[str], cycle_dir: str, since: float) -> blame.Decision:
+        unread: dict[str, str] = {}
         read = evidence.reader(self.cfg, nodes, since, self.alloc.job_id, self.env,
-                               os.path.join(cycle_dir, "verdicts"))
+                               os.path.join(cycle_dir, "verdicts"), unread)
         decision, evs = evidence.assess(self.slurm, nodes, cycle_dir, read, self.cfg,
                                         self.node_ledger.strikes,
                                         {n: v.evidence for n, v in self.slow.items()})
+        evidence.report_unread(self.log, self.cfg.verdict_path, unread, "blame",
+                               self.node_ledger.cycles)
         straggler.report_causes(self.log, evs)  # drained only by the hooks, for a cause
         for node in decision.strikes:
             self.node_ledger.strike(node)

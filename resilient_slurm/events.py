@@ -54,6 +54,7 @@ from resilient_slurm.payloads import (
     StopCycle,
     Straggler,
     StragglerCause,
+    VerdictUnread,
 )
 from resilient_slurm.payloads_job import (
     Checkpoint,
@@ -115,6 +116,7 @@ class EventKind(StrEnum):
     RELEASE = "release"  # blamed nodes given back to Slurm
     RECOVERY = "recovery"  # an elastic relaunch on the survivors
     SPARE = "spare"  # --spares: a healthy standby swapped in for a blamed node (or none left)
+    VERDICT_UNREAD = "verdict_unread"  # the hooks' published verdict of nodes could not be read
     REQUEUE = "requeue"  # the job is requeued
     NO_PROGRESS_SIGNAL = "no_progress_signal"  # no way to see progress: that verdict is off
     STRAGGLER = "straggler"  # a node is slower than its peers
@@ -153,6 +155,7 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.FAULT: (Fault,), EventKind.BLAME: (Blame,), EventKind.EXCLUDE: (Exclude,),
     EventKind.EXCLUSION_REVIEW: (ExclusionReview,), EventKind.LEFT_OUT: (LeftOut,),
     EventKind.RELEASE: (Release,), EventKind.RECOVERY: (Recovery,), EventKind.SPARE: (Spare,),
+    EventKind.VERDICT_UNREAD: (VerdictUnread,),
     EventKind.REQUEUE: (Requeue,), EventKind.NO_PROGRESS_SIGNAL: (NoProgressSignal,),
     EventKind.STRAGGLER: (Straggler,), EventKind.STRAGGLER_CAUSE: (StragglerCause,),
     EventKind.WORKER_EXCEPTION: (RankEvent,), EventKind.PEER_LOST: (RankEvent,),

@@ -259,6 +259,16 @@ class Spare(TypedDict, total=False):
     cycle: int
 
 
+class VerdictUnread(TypedDict, total=False):
+    """``verdict_unread``: the hooks' published verdict of ``nodes`` (node -> why) could not
+    be read, here or on the node, for ``purpose`` (``blame``, ``spares``)."""
+
+    pattern: str
+    nodes: dict[str, str]
+    purpose: str
+    cycle: int
+
+
 class NoProgressSignal(TypedDict, total=False):
     """``no_progress_signal``: no way to see progress: the no-progress verdict is off."""
 

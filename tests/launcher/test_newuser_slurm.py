@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_helpers import kinds, wait_job, wait_step  # type: ignore[import-not-found]
+from launch_helpers import (  # type: ignore[import-not-found]
+    kinds,
+    log_of,
+    submit,
+    wait_job,
+    wait_step,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -85,3 +91,31 @@ def test_a_new_users_job_gets_its_spare_from_the_sites_verdicts(clean, slurm, jo
                            capture_output=True)
         if slurm.job(jid).state not in ("COMPLETED", "FAILED", "CANCELLED"):
             slurm.cancel(jid)
+
+
+def test_a_standby_skipped_for_an_unreadable_verdict_is_said_and_recorded(clean, slurm,
+                                                                           tmp_path):
+    """The verdicts where the launcher looks do not exist (a site whose hooks publish
+    elsewhere): every read fails, on the node too. Each failed read is a ``verdict_unread``
+    event and a line in the job's log naming the node and why; the standby that cannot
+    qualify without its verdict is named with that reason, although the job then requeues
+    (here: no requeue left, exit 4). Before, the reads failed silently and the skipped spare
+    was recorded nowhere."""
+    missing = "/nonexistent/verdicts/{node}.json"
+    jid, _, state = submit(slurm, clean, tmp_path, 3,
+                           ["--spares=1", "--max-restarts=0", "--max-requeues=0",
+                            "--verdict-wait=30", f"--verdict-path={missing}"],
+                           ["--fault=node@5@node2"], ("--nodelist=node[1-3]",), steps=40)
+    job = wait_job(slurm, jid, timeout=300)
+    log = log_of(tmp_path, jid)
+    assert job.state == "FAILED" and "budget-exhausted" in log, log[-4000:]
+    why = "/nonexistent/verdicts/node3.json: No such file or directory"
+    unread = {e["purpose"]: e["nodes"] for e in kinds(state, "verdict_unread")}
+    assert unread.get("spares") == {"node3": why}, (unread, log[-4000:])
+    assert "node2" in unread.get("blame", {}), unread
+    skipped = [e for e in kinds(state, "spare") if not e.get("node")]
+    assert skipped and skipped[0]["unswapped"] == ["node2"], skipped
+    assert skipped[0]["skipped"] == {"node3": f"its health verdict could not be read ({why})"}
+    assert f"cannot read the hooks' verdict of node3 (for spares): {why}" in log
+    assert (f"no healthy spare for node2: shrink (--min-nodes) or requeue; skipped node3: its "
+            f"health verdict could not be read ({why})") in log
