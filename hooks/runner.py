@@ -52,6 +52,8 @@ ACTION_EVENTS = {nodestate.DRAIN: EventKind.DRAIN, nodestate.REBOOT: EventKind.R
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from resilient_slurm.healthcheck.metrics import NodeFacts
+
 
 def warn(source: str, what: str, exc: BaseException | str) -> None:
     """Report a non-essential failure on stderr (slurmd logs it); never raises."""
@@ -154,9 +156,39 @@ def record(config: Config, ctx: HookContext, source: str, report: Report, events
         from resilient_slurm.healthcheck.metrics import write_metrics as write
 
         try:
-            write(hook_settings.metrics_file, report, source=source)
+            write(hook_settings.metrics_file, report, source=source,
+                  facts=node_facts(config, source) if source == "health" else None)
         except OSError as exc:
             warn(source, f"metrics file {hook_settings.metrics_file}", exc)
+
+
+def node_facts(config: Config, source: str) -> NodeFacts:
+    """The health program's facts about its node for the metrics file (``NodeFacts``)."""
+    from resilient_slurm.healthcheck.metrics import NodeFacts
+
+    hook_settings = hooks_cfg(config)
+    state = load_state(config, source)
+    marker = state.get("drained")
+    reason = marker.get("reason") if isinstance(marker, dict) else None
+    return NodeFacts(health_interval(hook_settings),
+                     fleet.cause_of(reason, hook_settings.owner_prefix)
+                     if isinstance(reason, str) else None,
+                     _int(state.get("drains_total")), hook_settings.max_drain_fraction)
+
+
+def health_interval(hook_settings: HooksConfig) -> float | None:
+    """slurm.conf's ``HealthCheckInterval`` (``[hooks] slurm_conf``, else the default path),
+    or None when it cannot be read or is not set."""
+    import re
+
+    try:
+        with open(hook_settings.slurm_conf or "/etc/slurm/slurm.conf", encoding="utf-8",
+                  errors="replace") as fh:
+            found = re.search(r"^\s*HealthCheckInterval\s*=\s*(\d+)", fh.read(1 << 20),
+                              re.IGNORECASE | re.MULTILINE)
+    except OSError:
+        return None
+    return float(found.group(1)) if found and int(found.group(1)) > 0 else None
 
 
 def load_state(config: Config, source: str) -> dict[str, Any]:
@@ -283,6 +315,7 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
         holds.store(state, held)
         if decision.action in (nodestate.DRAIN, nodestate.REBOOT):
             state["drained"] = {"reason": decision.reason, "since": time.time()}
+            state["drains_total"] = _int(state.get("drains_total")) + 1
             save_state(config, source, state)  # before acting: a drain that times out may
             #                                     still land, and must be ours to undo
         elif decision.action == nodestate.RESUME or (healthy and not ours):
@@ -302,6 +335,7 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
                                  drained=True):
                 slurm.resume(ctx.node)
                 state.pop("drained", None)
+                state["drains_total"] = max(_int(state.get("drains_total")) - 1, 0)
                 holds.store(state, held_before)
                 save_state(config, source, state)
                 return EXIT_HEALTHY

@@ -166,6 +166,13 @@ class TorchrunCommand(click.Command):
                    "step's records only [default: the site config's [hooks] verdict_file "
                    "($RESILIENT_SLURM_CONFIG, else /etc/resilient-slurm/config.toml), else "
                    f"{verdict_file.DEFAULT_PATH}].")
+@click.option("--metrics-dir", default="", envvar="RESILIENT_METRICS_DIR", metavar="DIR",
+              help="Write the job's Prometheus metrics (productive and lost seconds by cause, "
+                   "faults, recoveries) to DIR/resilient_job_JOBID.prom after every cycle: "
+                   "node_exporter's textfile directory on the batch host.")
+@click.option("--job-index", default="", envvar="RESILIENT_JOB_INDEX", metavar="FILE",
+              help="Append where this job's events are to FILE (one JSON line per start): "
+                   "`resilient-slurm fleet` reads it ([fleet] jobs_index).")
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")
@@ -220,8 +227,8 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          heartbeat_timeout: float, heartbeat_floor: float,
          initial_heartbeat_timeout: float, term_timeout: float | None, checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str | None, max_blame_share: float, node_query_interval: float,
-         health_timeout: float, verdict_wait: float, on_straggler: str,
+         verdict_path: str | None, metrics_dir: str, job_index: str, max_blame_share: float,
+         node_query_interval: float, health_timeout: float, verdict_wait: float, on_straggler: str,
          straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
          ft_args: tuple[str, ...],
          srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, dry_run: bool) -> None:
@@ -266,7 +273,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
                    health_timeout=health_timeout, checkpoint_marker=checkpoint_marker,
-                   verdict_wait=verdict_wait,
+                   verdict_wait=verdict_wait, metrics_dir=metrics_dir, job_index=job_index,
                    node_query_interval=node_query_interval,
                    max_restarts=max_restarts, exclusion_ttl=exclusion_ttl,
                    straggler=straggler.Settings(straggler_factor, straggler_window,

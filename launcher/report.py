@@ -238,6 +238,16 @@ def observed_faults(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def any_training_fault(events: list[dict[str, Any]]) -> bool:
+    """The training reported its faults (else ``build`` uses ``observed_faults``)."""
+    return any(_is_fault(e) and e.get("source") == "training" for e in events)
+
+
+def is_fault_event(e: dict[str, Any]) -> bool:
+    """An event ``build`` makes a fault row of (in order)."""
+    return _is_fault(e) or e.get("kind") == OBSERVED_FAULT
+
+
 def build(events: list[dict[str, Any]], submitted: float | None = None) -> Report:
     """The report from the launcher's own observations (cycles, restarts, failure and hang
     reports, rendezvous, first heartbeats), enriched by training events when present (their
@@ -247,8 +257,7 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
     events = sorted(events, key=lambda e: float(e.get("ts", 0)))
     if not events:
         return Report(0.0, 0.0)
-    training = any(_is_fault(e) and e.get("source") == "training" for e in events)
-    if not training:
+    if not any_training_fault(events):
         events = sorted(events + observed_faults(events), key=lambda e: float(e.get("ts", 0)))
     rep = Report(float(events[0]["ts"]) if submitted is None else submitted,
                  float(events[-1]["ts"]), from_submission=submitted is not None)
@@ -268,7 +277,7 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
             rep.requeues += 1
         elif kind == EventKind.VERDICT:
             rep.verdict = str(e.get("verdict", ""))
-        if _is_fault(e) or kind == OBSERVED_FAULT:
+        if is_fault_event(e):
             observed = kind == OBSERVED_FAULT
             how, j, found, rdzv = handler(events, i, observed)
             rec = float(events[j]["ts"]) - ts if j is not None else None

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import click
 
 from resilient_slurm.events import read_events
+from resilient_slurm.launcher import badput
 from resilient_slurm.launcher.report import build, render
 from resilient_slurm.launcher.report_input import usable
 
@@ -71,14 +72,15 @@ def report_command(target: str, plot_path: str | None, as_json: bool, faults_onl
         raise click.BadParameter(f"{submitted} is after the job's first event ({first:.0f})",
                                  param_hint="--submitted")
     rep = build(events, submitted=submitted)
+    lost = badput.account(events, rep)
     if as_json:
-        click.echo(json.dumps({**asdict(rep), "wall_s": rep.wall_s, "goodput": rep.goodput},
-                              default=str))
+        click.echo(json.dumps({**asdict(rep), "wall_s": rep.wall_s, "goodput": rep.goodput,
+                               "badput": lost.to_json()}, default=str))
     else:
         text = render(rep, events)
         if faults_only:
             text = text[text.index("Faults:"):]
-        click.echo(text)
+        click.echo("\n".join([text, *badput.render(lost)]))
     if plot_path:
         from resilient_slurm.launcher.report_plot import plot
 

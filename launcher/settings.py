@@ -30,3 +30,5 @@ class Settings:
     straggler: straggler.Settings | None = None  # None: no straggler verdicts
     lost_node_wait: float = 130.0  # s for Slurm to flag a node whose launcher vanished
     spares: int = 0  # --spares K: standby nodes of the allocation (launcher/spares.py)
+    metrics_dir: str = ""  # --metrics-dir: the job's textfile for node_exporter (job_metrics.py)
+    job_index: str = ""  # --job-index: where `resilient-slurm fleet` finds this job

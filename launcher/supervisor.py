@@ -23,6 +23,7 @@ from resilient_slurm.launcher import (
     blame,
     evidence,
     exclusions,
+    job_metrics,
     joblog,
     ledger,
     level0,
@@ -109,6 +110,12 @@ class Supervisor:
             min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
             kill_wait=self.kill_wait, committed_step=self.progress.step()))
         self._save()
+        if self.cfg.job_index:
+            try:
+                job_metrics.append_index(self.cfg.job_index, self.alloc.job_id,
+                                         self.cfg.state_dir, self.alloc.restart_count)
+            except OSError as exc:
+                print(f"resilient-launch: --job-index {self.cfg.job_index}: {exc}", flush=True)
         addrs = evidence.node_addresses(self.slurm, list(self.alloc.nodes))
         while True:
             d = policy.decide(self._state(Phase.BEFORE_CYCLE, len(nodes)))
@@ -206,7 +213,17 @@ class Supervisor:
             cycle=n, rc=rc, stopped=stopped or None, duration_s=round(time.time() - started, 2),
             straggler_ratio_max=round(mon.highest, 3) if mon else None,
             node_rc={k: v.get("rc") for k, v in recs.items()}))
+        self._metrics()
         return rc, stopped, cycle_dir, started
+
+    def _metrics(self) -> None:
+        """Rewrite the job's metrics file (``--metrics-dir``); a failure is only said."""
+        if self.cfg.metrics_dir:
+            try:
+                job_metrics.publish(self.cfg.metrics_dir, self.alloc.job_id, self.events_path)
+            except (OSError, ValueError) as exc:
+                print(f"resilient-launch: --metrics-dir {self.cfg.metrics_dir}: {exc}",
+                      flush=True)
 
     def _watch(self, w: watch.CycleWatch, record_dir: str) -> str:
         """Wait for the step; stop it early when a tick of ``w`` says why (a signal, a
@@ -263,6 +280,7 @@ class Supervisor:
             verdict=verdict, exit_code=code, message=message, cycles=self.node_ledger.cycles,
             requeues=self.node_ledger.requeues, restart_count=self.alloc.restart_count,
             committed_step=self.node_ledger.best_step), **fields)
+        self._metrics()
         print(f"resilient-launch: {verdict}: {message} (exit {code})", flush=True)
         return code
 
@@ -294,6 +312,7 @@ class Supervisor:
             reason=why, excluded=excluded, readmitted=back or None,
             restart_count=self.alloc.restart_count + 1, requeues=self.node_ledger.requeues,
             fit=fit.as_dict()))
+        self._metrics()
         print(f"resilient-launch: requeueing: {why}", flush=True)
         failed = take(self.slurm, self.alloc.job_id, excluded, self.kill_wait, self.log,
                       self.requested_nodes if len(self.alloc.nodes) != self.requested_nodes

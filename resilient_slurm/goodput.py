@@ -67,15 +67,19 @@ class _Steps:
         self.los: list[int] = []
         self.ranges: list[tuple[int, int, float]] = []
 
-    def put(self, lo: int, hi: int, per_step: float) -> None:
+    def put(self, lo: int, hi: int, per_step: float) -> float:
+        """Record steps ``lo..hi``; returns the seconds of earlier steps this replaces (work
+        done before and redone now: lost)."""
         i = bisect.bisect_right(self.los, lo) - 1
         if i >= 0 and self.ranges[i][1] < lo:
             i += 1
         i = max(i, 0)
         keep: list[tuple[int, int, float]] = []
         j = i
+        replaced = 0.0
         while j < len(self.ranges) and self.ranges[j][0] <= hi:
             a, b, v = self.ranges[j]
+            replaced += max(min(b, hi) - max(a, lo) + 1, 0) * v
             if a < lo:
                 keep.append((a, lo - 1, v))
             if b > hi:
@@ -84,6 +88,7 @@ class _Steps:
         new = sorted([*keep, (lo, hi, per_step)])
         self.ranges[i:j] = new
         self.los[i:j] = [r[0] for r in new]
+        return replaced
 
     def total(self) -> tuple[float, int]:
         return (sum((b - a + 1) * v for a, b, v in self.ranges),

@@ -78,10 +78,12 @@ class Progress(TypedDict, total=False):
 
 
 class Checkpoint(TypedDict, total=False):
-    """``checkpoint``: a save committed (the training: ``step``); a newer complete checkpoint
-    the launcher found (``step``, ``layout``, ``path``)."""
+    """``checkpoint``: a save committed (the training: ``step``, and ``save_s``, the seconds
+    its saves since the last such event blocked training); a newer complete checkpoint the
+    launcher found (``step``, ``layout``, ``path``)."""
 
     step: int
+    save_s: float
     layout: str
     path: str
 

@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     # resilient-launch asks (RESILIENT_HEARTBEAT_FLOOR) when the user set no heartbeat timeout:
     # after ADAPT_AFTER steps, NVRx's own calculation from the heartbeats seen, with a floor.
     adapt_floor = float(os.environ.get("RESILIENT_HEARTBEAT_FLOOR") or 0)
+    stalled = 0.0  # seconds saves blocked training since the last checkpoint event
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
         if adapt_floor and step == start + ADAPT_AFTER + 1:  # the same step on every rank
@@ -270,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         for committed in ckpt.poll():
             log(f"checkpoint {committed} committed")
             if events:
-                events.emit(EventKind.CHECKPOINT, **Checkpoint(step=committed))
+                events.emit(EventKind.CHECKPOINT, **Checkpoint(step=committed,
+                                                               save_s=round(stalled, 4)))
+                stalled = 0.0
                 events.emit(EventKind.PROGRESS,
                             **Progress(step=step, loss=loss_value, step_time=step_time))
         stopped = stop.agreed()  # a collective: waiting for a straggler ends here at the latest
@@ -281,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                      "rng": rng_state(), "data": {"position": step}, "world_size": world,
                      "virtual_dp": shards.virtual_dp}
             stall = ckpt.save(step, state)
+            stalled += stall
             log(f"step {step} save scheduled, stall {stall * 1e3:.1f} ms")
         if step % args.log_every == 0 or step == args.steps:
             log(f"step {step} loss {loss_value:.4f} step_time {step_time * 1e3:.1f} ms")

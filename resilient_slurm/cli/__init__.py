@@ -21,11 +21,13 @@ def main() -> None:
       install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
       report    a resilient-launch job's timeline, faults, recovery times and goodput
       plan      projected goodput per recovery mechanism for a large job (a model)
+      fleet     per node and fault class: drains, lost GPU-hours, times to detect/drain/train
     """
 
 
 def _register() -> None:
     from resilient_slurm.cli.doctor import doctor
+    from resilient_slurm.cli.fleet import fleet_command
     from resilient_slurm.cli.plan import plan_command
     from resilient_slurm.hooks.cli import install_hooks
     from resilient_slurm.launcher.report_cli import report_command
@@ -36,6 +38,7 @@ def _register() -> None:
     main.add_command(install_hooks)
     main.add_command(report_command)
     main.add_command(plan_command)
+    main.add_command(fleet_command)
 
 
 _register()

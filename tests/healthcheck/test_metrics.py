@@ -61,6 +61,8 @@ def test_prolog_and_health_program_keep_each_others_series(tmp_path: Path) -> No
     series = [line for line in merged.splitlines() if not line.startswith("#")]
     assert len(series) == len(set(line.rsplit(" ", 1)[0] for line in series))
     assert writer_path("/x/m", "epilog") == "/x/m.epilog.prom"
+    # the node watcher's failing verdicts never replace the health program's series
+    assert writer_path("/x/m", "watch") == "/x/m.watch.prom"
 
 
 @settings(max_examples=200, deadline=None)

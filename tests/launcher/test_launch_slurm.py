@@ -28,6 +28,7 @@ from launch_helpers import (  # type: ignore[import-not-found]
     wait_job,
     wait_step,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from resilient_slurm.launcher import exits
 from resilient_slurm.launcher import supervisor as sup
@@ -100,7 +101,11 @@ def test_node_fault_elastic(slurm, clean, tmp_path):
 def test_node_fault_requeue(slurm, clean, tmp_path):
     # A required node list that names node3: the requeue must drop node3 from it, or the job
     # would pend forever (ReqNodeList and ExcNodeList in conflict).
-    jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2"],
+    metrics, index = tmp_path / "textfile", tmp_path / "jobs.jsonl"
+    metrics.mkdir()
+    jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2",
+                                                       f"--metrics-dir={metrics}",
+                                                       f"--job-index={index}"],
                            ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80)
     digest = fault_free(3, 80, tmp_path)
     job = wait_job(slurm, jid, timeout=360)
@@ -120,6 +125,15 @@ def test_node_fault_requeue(slurm, clean, tmp_path):
     assert verdicts == ["completed"]
     assert digest in log
     assert handled(state) == [("node", "requeue excluding node3")]
+    # the jobs index (one line per start) and the job's textfile for node_exporter
+    starts = [json.loads(x) for x in index.read_text().splitlines()]
+    assert [(x["job"], x["state_dir"]) for x in starts] == [(jid, state)] * 2
+    lost = {}
+    for fam in text_string_to_metric_families((metrics / f"resilient_job_{jid}.prom").read_text()):
+        for x in fam.samples:
+            if x.name == "resilient_job_node_lost_gpu_seconds":
+                lost[(x.labels["node"], x.labels["cause"])] = x.value
+    assert lost[("node3", "requeue_wait")] > 0 and lost[("node3", "recovery")] > 0, lost
 
 
 def test_deterministic_crash_verdict(slurm, clean, tmp_path):
