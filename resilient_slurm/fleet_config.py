@@ -9,8 +9,9 @@ matched to the hooks' verdicts and drains of its node within ``match_window_s`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from resilient_slurm.config_schema import ConfigError, check_finite, register_section
+from resilient_slurm.config_schema import check_bounds, check_finite, register_section
 
 DEFAULT_JOBS_INDEX = "/var/lib/resilient-slurm/jobs.jsonl"
 
@@ -25,7 +26,10 @@ class FleetConfig:
     repeat_window_s: float = 7 * 86400.0
     match_window_s: float = 3600.0
 
+    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
+        "repeat_drains": (1, 1000), "repeat_window_s": (60, 366 * 86400),
+        "match_window_s": (1, 7 * 86400)}
+
     def __post_init__(self) -> None:
         check_finite(self, "fleet")
-        if self.repeat_drains < 1:
-            raise ConfigError("fleet.repeat_drains", f"must be >= 1, got {self.repeat_drains}")
+        check_bounds(self, "fleet")

@@ -35,6 +35,20 @@ if [ "$need_apt" = 1 ]; then
     apt-get install -y -qq --no-install-recommends slurm-wlm slurmctld slurmd slurm-client munge >/dev/null
 fi
 
+# Prometheus and node_exporter: the rules' promtool tests, the dashboard's queries and
+# `sandbox up --metrics` run the real ones (Debian's packages).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-node-exporter >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: Prometheus is missing and installing it needs root:" >&2
+        echo "  apt-get install -y --no-install-recommends prometheus prometheus-node-exporter" >&2
+        exit 1
+    fi
+    echo "setup: installing prometheus and prometheus-node-exporter from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends prometheus prometheus-node-exporter >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"
     "$PY" -m venv .venv

@@ -47,8 +47,11 @@ def test_shims_drain_their_node_when_interpreter_or_package_is_gone(sandbox, slu
     os.symlink(sys.executable, gone)
     prefix = str(tmp_path / "gone")
     shims = install.install(prefix, python=str(gone), config_text=config).shims
-    nopkg = install.install(str(tmp_path / "nopkg"), python="/usr/bin/python3",
-                            config_text=config).shims  # Python without the package
+    bare = tmp_path / "bare"  # a Python without the package (a venv rebuilt, say)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True,
+                   timeout=120)
+    nopkg = install.install(str(tmp_path / "nopkg"), python=str(bare / "bin" / "python"),
+                            config_text=config).shims
     os.unlink(gone)  # the venv is removed
     since = time.time()
     try:
