@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from resilient_slurm.sandbox import prom
 
