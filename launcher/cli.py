@@ -167,12 +167,10 @@ class TorchrunCommand(click.Command):
                    "($RESILIENT_SLURM_CONFIG, else /etc/resilient-slurm/config.toml), else "
                    f"{verdict_file.DEFAULT_PATH}].")
 @click.option("--metrics-dir", default="", envvar="RESILIENT_METRICS_DIR", metavar="DIR",
-              help="Write the job's Prometheus metrics (productive and lost seconds by cause, "
-                   "faults, recoveries) to DIR/resilient_job_JOBID.prom after every cycle: "
-                   "node_exporter's textfile directory on the batch host.")
-@click.option("--job-index", default="", envvar="RESILIENT_JOB_INDEX", metavar="FILE",
-              help="Append where this job's events are to FILE (one JSON line per start): "
-                   "`resilient-slurm fleet` reads it ([fleet] jobs_index).")
+              help="Write the job's Prometheus textfile (lost seconds by cause, faults, "
+                   "recoveries) to DIR/resilient_job_JOBID.prom, node_exporter's directory.")
+@click.option("--job-index", default="", envvar="RESILIENT_JOB_INDEX", metavar="FILE", help=
+              "Append a line per start saying where the events are ([fleet] jobs_index).")
 @click.option("--max-blame-share", type=click.FloatRange(0, 1), default=0.5,
               show_default=True, help="Most of a cycle's nodes blamed at once; more is a "
                                       "shared fault (storage, network) and blames none.")
