@@ -134,16 +134,21 @@ class TorchrunCommand(click.Command):
               show_default=True, metavar="SECONDS",
               help="An excluded node comes back after this long unless Slurm or its health "
                    "verdict still says it is bad (0: never).")
-@click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1), default=60.0,
-              show_default=True, help="Seconds without a rank heartbeat before a restart.")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds without a rank heartbeat before a restart [default: NVRx's own "
+                   f"({plan.NVRX_HEARTBEAT_TIMEOUT:g}), lowered by the instrumentation to 5x "
+                   "the longest interval between optimizer steps it has seen, never below "
+                   "--heartbeat-floor].")
 @click.option("--heartbeat-floor", type=click.FloatRange(min=1), default=10.0,
               show_default=True,
               help="Without --heartbeat-timeout (here or in your NVRx config), scripts that "
                    "support it (train_fsdp.py, training.liveness) set the heartbeat timeout "
-                   "from NVRx's calculation over their own heartbeats after 10 steps, never "
+                   "from NVRx's calculation over their own heartbeats after 10 steps (the "
+                   "instrumentation: from the observed optimizer steps), never "
                    "below this many seconds.")
-@click.option("--initial-heartbeat-timeout", type=click.FloatRange(min=0.1), default=300.0,
-              show_default=True, help="Seconds allowed until a rank's first heartbeat.")
+@click.option("--initial-heartbeat-timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds allowed until a rank's first heartbeat [default: NVRx's own, "
+                   f"{plan.NVRX_INITIAL_HEARTBEAT_TIMEOUT:g}].")
 @click.option("--term-timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds between SIGTERM and SIGKILL of ranks (time to save) [default: "
                    f"NVRx's own, {plan.NVRX_TERM_TIMEOUT:g}]; keep it under the --signal "
@@ -216,20 +221,26 @@ class TorchrunCommand(click.Command):
                    "restart (to be removed; their migration: in-job restart via ft_launcher), "
                    "so it runs on NVRx < 0.6 only. On current NVRx the fast path is in-job "
                    "restart with memory tiers and --spares. See docs/inprocess.md.")
+@click.option("--no-instrument", is_flag=True,
+              help="Do not instrument the ranks (by default a bootstrap on their PYTHONPATH "
+                   "hooks every optimizer step: NVRx heartbeats, step reports, checkpoints "
+                   "seen; docs/any-script.md).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and command lines; run nothing.")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
          min_nodes: int | None, spares_k: int, max_restarts: int, max_requeues: int,
          exclusion_ttl: float,
-         heartbeat_timeout: float, heartbeat_floor: float,
-         initial_heartbeat_timeout: float, term_timeout: float | None, checkpoint_dir: str | None,
+         heartbeat_timeout: float | None, heartbeat_floor: float,
+         initial_heartbeat_timeout: float | None, term_timeout: float | None,
+         checkpoint_dir: str | None,
          state_dir: str | None, no_progress_limit: int, max_strikes: int,
          verdict_path: str | None, metrics_dir: str, job_index: str, max_blame_share: float,
          node_query_interval: float, health_timeout: float, verdict_wait: float, on_straggler: str,
          straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
          ft_args: tuple[str, ...],
-         srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, dry_run: bool) -> None:
+         srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, no_instrument: bool,
+         dry_run: bool) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
     \b
@@ -338,7 +349,17 @@ def launch_options(ctx: click.Context) -> plan.LaunchOptions:
         initial_heartbeat_timeout=p["initial_heartbeat_timeout"],
         term_timeout=p["term_timeout"], ft_args=ft_args, srun_args=tuple(p["srun_args"]),
         ft_launcher=p["ft_launcher"], user_ft=ft_config.user_ft_settings(ft_args),
-        extra_env=adapt_env(ctx))
+        extra_env={**adapt_env(ctx), **instrument_env(ctx)})
+
+
+def instrument_env(ctx: click.Context) -> dict[str, str]:
+    """The ranks' bootstrap (``launcher/instrument``) unless ``--no-instrument``."""
+    if ctx.params.get("no_instrument"):
+        return {}
+    from resilient_slurm.launcher import instrument
+
+    return {k: v for k, v in instrument.worker_env(dict(os.environ)).items()
+            if k in ("PYTHONPATH", instrument.ENABLE_ENV)}
 
 
 def adapt_env(ctx: click.Context) -> dict[str, str]:
@@ -387,9 +408,13 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
                                                                  len(cycle.nodes)))
     echo(shlex.join(cycle.argv))
     floor = opts.extra_env.get("RESILIENT_HEARTBEAT_FLOOR")
-    echo(f"hang detection: heartbeat timeout {opts.heartbeat_timeout:g} s"
-         + (f", adapted by scripts that support it (NVRx's calculation, floor {floor} s)"
-            if floor else " (yours)") + f"; initial {opts.initial_heartbeat_timeout:g} s")
+    instrumented = "RESILIENT_INSTRUMENT" in opts.extra_env
+    echo(f"hang detection: heartbeat timeout {opts.heartbeat_s:g} s"
+         + (" (yours)" if not floor else
+            f", adapted from the observed optimizer steps (floor {floor} s)" if instrumented
+            else f", adapted by scripts that support it (NVRx's calculation, floor {floor} s)")
+         + f"; initial {opts.initial_heartbeat_s:g} s; ranks "
+         + ("instrumented" if instrumented else "not instrumented (--no-instrument)"))
     echo(f"published health verdicts: {cfg.verdict_path or '-'}")
     if cfg.straggler is not None:
         st = cfg.straggler

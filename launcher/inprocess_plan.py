@@ -53,6 +53,10 @@ def level1_span(features: Features, min_nodes: int, nnodes: int) -> str:
             "spares, which is what MIN:MAX means from NVRx 0.6)")
 
 
+INPROCESS_HEARTBEAT_TIMEOUT = 60.0  # --inprocess without the user's: level 2's wait
+INPROCESS_INITIAL_HEARTBEAT_TIMEOUT = 300.0
+
+
 def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: float,
             initial_heartbeat_timeout: float,
             hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> tuple[str, list[str]]:
@@ -97,8 +101,14 @@ def configure(opts: LaunchOptions, features: Features, min_nodes: int, nnodes: i
               hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> LaunchOptions:
     """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be), from
     the installed ft_launcher's detected (cached) features."""
-    span, extra = ft_args(features, min_nodes, nnodes, opts.heartbeat_timeout,
-                          opts.initial_heartbeat_timeout, hard_timeout)
+    # level 2 (heartbeats) must wait for level 0 but not for NVRx's 45 minutes: the
+    # in-process defaults stay bounded unless the user chose
+    opts = dataclasses.replace(
+        opts, heartbeat_timeout=opts.heartbeat_timeout or INPROCESS_HEARTBEAT_TIMEOUT,
+        initial_heartbeat_timeout=opts.initial_heartbeat_timeout
+        or INPROCESS_INITIAL_HEARTBEAT_TIMEOUT)
+    span, extra = ft_args(features, min_nodes, nnodes, opts.heartbeat_s,
+                          opts.initial_heartbeat_s, hard_timeout)
     given = {a.split("=", 1)[0] for a in opts.ft_args}
     extra = [a for a in extra if a.split("=", 1)[0] not in given]
     return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args),

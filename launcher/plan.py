@@ -42,6 +42,10 @@ FT_FLAGS: dict[str, tuple[str, ...]] = {
 
 
 NVRX_TERM_TIMEOUT = 1800.0  # ft_launcher's own --term-timeout default (0.4.1-0.7)
+# NVRx's own heartbeat timeouts (FaultToleranceConfig, 0.4.1-0.7): used unless the user sets
+# them; the instrumentation (launcher/instrument) derives tighter ones from observed steps.
+NVRX_HEARTBEAT_TIMEOUT = 45 * 60.0
+NVRX_INITIAL_HEARTBEAT_TIMEOUT = 60 * 60.0
 
 
 class PlanError(ValueError):
@@ -149,8 +153,8 @@ class LaunchOptions:
     module: bool = False
     nproc_per_node: str = "1"
     max_restarts: int = 3
-    heartbeat_timeout: float = 60.0
-    initial_heartbeat_timeout: float = 300.0
+    heartbeat_timeout: float | None = None  # None: NVRx's own (NVRX_HEARTBEAT_TIMEOUT)
+    initial_heartbeat_timeout: float | None = None  # None: NVRX_INITIAL_HEARTBEAT_TIMEOUT
     term_timeout: float | None = None  # None: NVRx's own (NVRX_TERM_TIMEOUT)
     ft_args: tuple[str, ...] = ()
     srun_args: tuple[str, ...] = ()
@@ -158,6 +162,17 @@ class LaunchOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     min_nnodes: int | None = None  # --nnodes MIN:N (in-process restart's min-healthy level 1)
     user_ft: frozenset[str] = frozenset()  # NVRx settings the user chose (user_ft_settings)
+
+    @property
+    def heartbeat_s(self) -> float:
+        """The heartbeat timeout ft_launcher starts with (the user's, else NVRx's own)."""
+        return self.heartbeat_timeout if self.heartbeat_timeout is not None \
+            else NVRX_HEARTBEAT_TIMEOUT
+
+    @property
+    def initial_heartbeat_s(self) -> float:
+        return self.initial_heartbeat_timeout if self.initial_heartbeat_timeout is not None \
+            else NVRX_INITIAL_HEARTBEAT_TIMEOUT
 
     @property
     def stop_grace(self) -> float:
@@ -223,8 +238,10 @@ def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: s
         argv.append(flag if value is None else f"{flag}={value}")
 
     add("local_addr", LOCAL_ADDR)
-    add("initial_heartbeat", _num(opts.initial_heartbeat_timeout))
-    add("heartbeat", _num(opts.heartbeat_timeout))
+    if opts.initial_heartbeat_timeout is not None:  # else NVRx's own: never forced
+        add("initial_heartbeat", _num(opts.initial_heartbeat_timeout))
+    if opts.heartbeat_timeout is not None:
+        add("heartbeat", _num(opts.heartbeat_timeout))
     add("nic_monitor", "false")
     add("ignore_missing_cfg")
     if opts.term_timeout is not None:  # else NVRx's own (1800 s: time for a large save)

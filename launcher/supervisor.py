@@ -75,7 +75,7 @@ class Supervisor:
         self.lingering = False
         # --inprocess (ft_launcher's --nnodes MIN:N set by inprocess_plan): level 0 may leave
         # a bad node out itself; the heartbeat timeout is how long level 2 waits for it.
-        self.level0 = level0.Level0Grace(opts.heartbeat_timeout) if opts.min_nnodes else None
+        self.level0 = level0.Level0Grace(opts.heartbeat_s) if opts.min_nnodes else None
         self.standby: list[str] = []  # --spares: idle nodes a blamed node may be swapped for
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
@@ -203,7 +203,8 @@ class Supervisor:
         stopped = self._watch(watch.CycleWatch(
             self.slurm, self.log, nodes, started, self.events_path, self.cfg.verdict_path,
             nodewatch.Settings(self.cfg.node_query_interval,
-                               max(60.0, self.opts.heartbeat_timeout), self.cfg.max_blame_share),
+                               max(60.0, self.opts.heartbeat_timeout or 0.0),
+                               self.cfg.max_blame_share),
             self.cfg.state_check_interval, self.cfg.max_restarts, cycle.cycle_info_dir, mon,
             self.level0, self.progress.note_checkpoint), cycle.record_dir)
         rc = self.proc.wait()

@@ -37,7 +37,7 @@ def test_users_yaml_wins(tmp_path: Path) -> None:
                    "  enable_nic_monitor: true\n")
     ft_args = (f"--ft-cfg-path={cfg}",)
     user = ft_config.user_ft_settings(ft_args)
-    argv = argv_for(ft_args=ft_args, user_ft=user)
+    argv = argv_for(ft_args=ft_args, user_ft=user, initial_heartbeat_timeout=300.0)
     assert not any(a.startswith(("--ft-rank-heartbeat-timeout", "--ft-enable-nic-monitor"))
                    for a in argv), argv
     assert any(a.startswith("--ft-initial-rank-heartbeat-timeout=") for a in argv)

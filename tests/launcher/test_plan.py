@@ -176,7 +176,8 @@ def test_deprecated_flags_are_never_passed() -> None:
     f = plan.Features(plan.parse_help(HELP_041), "0.4.1", plan.parse_deprecated(DEPRECATION_041))
     assert f.deprecated == {"--ignore-missing-fault-tol-cfg",
                             "--ft-param-initial_rank_heartbeat_timeout"}
-    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 2, "h:1", "r")
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py", initial_heartbeat_timeout=300),
+                           f, 2, "h:1", "r")
     assert not set(argv) & f.deprecated
     assert not any(a.startswith(tuple(f.deprecated)) for a in argv)
     assert "--ft-initial-rank-heartbeat-timeout=300" in argv  # the current spelling instead
@@ -209,3 +210,17 @@ def test_detect_features_on_the_installed_nvrx() -> None:
 def test_ft_launchers_budget_leaves_the_job_budget_to_the_supervisor() -> None:
     assert plan.ft_restart_budget(0) == 0
     assert plan.ft_restart_budget(3) == 4
+
+
+def test_heartbeat_timeouts_are_nvrx_defaults_unless_the_user_sets_them():
+    """No forced 60 s / 300 s: without the user's values ft_launcher keeps NVRx's own (the
+    instrumentation then derives them from the observed steps)."""
+    f = plan.Features(plan.parse_help(HELP_041), "0.4.1")
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py"), f, 2, "h:1", "r")
+    assert not any("heartbeat" in a for a in argv)
+    opts = plan.LaunchOptions(script="t.py")
+    assert (opts.heartbeat_s, opts.initial_heartbeat_s) == (2700.0, 3600.0)
+    argv = plan.ft_command(plan.LaunchOptions(script="t.py", heartbeat_timeout=120), f, 2,
+                           "h:1", "r")
+    assert "--ft-rank-heartbeat-timeout=120" in argv
+    assert not any("initial" in a for a in argv)

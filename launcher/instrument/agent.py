@@ -1,0 +1,275 @@
+"""The rank's instrumentation: torch's global optimizer-step hook and its helper thread.
+
+:meth:`Agent.on_step` runs inside every ``optimizer.step()`` of the process (the first
+optimizer seen only, so a GAN's two optimizers count one step): it stamps the time, keeps the
+longest interval between steps and the step number, and wakes the helper thread; nothing
+else (no I/O, no lock, no collective). The step number is the optimizer's own ``step`` state
+when it has one on the CPU (Adam, AdamW...: restored with the checkpoint, so a resumed
+training goes on counting where it was), else the steps of this process added to the newest
+checkpoint this job's ranks reported.
+
+The helper thread, at most every :data:`MIN_INTERVAL` s: connects an NVRx heartbeat client at
+the first step (``FT_RANK_MONITOR_IPC_SOCKET``: only under ft_launcher) and sends one heartbeat
+per new step; on rank 0 writes a ``resume`` event at the first step and a ``progress`` event
+per new step into ``$RESILIENT_EVENTS_FILE``; after :data:`ADAPT_AFTER` steps (unless the
+user chose a heartbeat timeout: no ``$RESILIENT_HEARTBEAT_FLOOR``) sets the heartbeat timeout
+to ``max(floor, SAFETY x the longest interval seen)`` (NVRx's own safety factor), raised
+again whenever a longer interval shows up. While a save runs (:meth:`saving`) it sends a
+heartbeat every second (at most :data:`MAX_KEEPALIVE_S`), so a long save is never a hang.
+
+A script whose own NVRx client connects (:meth:`yield_to_user`) is left alone from then on.
+Any error disables the agent with one line on stderr; the training goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+MIN_INTERVAL = 0.05  # s between the helper thread's rounds (heartbeats, step reports)
+ADAPT_AFTER = 10  # steps before the heartbeat timeout is derived
+SAFETY = 5.0  # NVRx's safety factor (FaultToleranceConfig.safety_factor)
+MAX_KEEPALIVE_S = 1800.0  # a save longer than this stops being kept alive
+PREFIX = "resilient-launch instrument: "
+
+
+def _say(msg: str) -> None:
+    print(PREFIX + msg, file=sys.stderr, flush=True)
+
+
+def step_of(optimizer: Any) -> int | None:
+    """The optimizer's own step count (the ``step`` state of its first parameter), when it has
+    one on the CPU; None otherwise (SGD, or a device tensor: reading it would sync)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            s = state.get("step") if state else None
+            if isinstance(s, (int, float)):
+                return int(s)
+            if s is not None and getattr(getattr(s, "device", None), "type", "") == "cpu":
+                return int(s.item())
+            return None
+    return None
+
+
+class Agent:
+    """One rank's instrumentation (see the module docstring). ``env``: the rank's environment."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.rank = int(env.get("RANK", "0") or 0)
+        self.events_path = env.get("RESILIENT_EVENTS_FILE", "")
+        floor = env.get("RESILIENT_HEARTBEAT_FLOOR", "")
+        self.floor = float(floor) if floor else None  # None: the user's timeout, kept
+        self.monitored = bool(env.get("FT_RANK_MONITOR_IPC_SOCKET"))
+        self.env = env
+        self.off = False
+        self.user_client = False
+        # written by on_step (the training thread), read by the helper thread
+        self.opt_id: int | None = None
+        self.count = 0
+        self.step: int | None = None
+        self.first_step: int | None = None
+        self.last_t = 0.0
+        self.max_gap = 0.0
+        self.saves = 0  # saves running now
+        self.save_started = 0.0
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # the client: helper thread vs yield_to_user
+        self._thread: threading.Thread | None = None
+        self.client: Any = None
+        self.timeout: float | None = None  # the heartbeat timeout this agent set
+        self.base: int | None = None
+        self._log: Any = None
+        self._handled = 0
+        self._reported: int | None = None
+
+    # -- the training thread ----------------------------------------------------------------
+    def on_step(self, optimizer: Any, _args: Any = None, _kwargs: Any = None) -> None:
+        """torch's optimizer-step post hook."""
+        if self.off:
+            return
+        try:
+            now = time.monotonic()
+            if self.opt_id is None:
+                self.opt_id = id(optimizer)
+            elif id(optimizer) != self.opt_id:
+                return
+            if self.count:
+                gap = now - self.last_t
+                if gap > self.max_gap:
+                    self.max_gap = gap
+            self.last_t = now
+            self.count += 1
+            self.step = step_of(optimizer)
+            if self.first_step is None:
+                self.first_step = self.step
+                self._start()
+            self._wake.set()
+        except Exception as exc:  # noqa: BLE001 - never break a step
+            self.disable(f"step hook failed: {type(exc).__name__}: {exc}")
+
+    @contextlib.contextmanager
+    def saving(self, where: Callable[[], str | None] | None, layout: str) -> Iterator[None]:
+        """Around a save: heartbeats while it runs; a ``checkpoint`` event (rank 0, outermost
+        save only, ``where()`` its path) when it returned."""
+        outer = self.saves == 0
+        if outer:
+            self.save_started = time.monotonic()
+        self.saves += 1
+        self._wake.set()
+        try:
+            yield
+        finally:
+            self.saves -= 1
+        if outer and where is not None and self.rank == 0 and not self.off \
+                and not self.user_client:
+            path = where()
+            if path:
+                self._emit("checkpoint", step=self.current_step(), layout=layout,
+                           path=os.path.abspath(path))
+
+    def current_step(self) -> int | None:
+        if self.step is not None:
+            return self.step
+        return (self.base or 0) + self.count if self.count else None
+
+    def disable(self, why: str) -> None:
+        if not self.off:
+            self.off = True
+            _say(f"off ({why}); the script runs uninstrumented")
+            self._wake.set()
+
+    def yield_to_user(self) -> None:
+        """The script connects its own NVRx client: ours goes, and the agent stays quiet."""
+        self.user_client = True
+        with self._lock:
+            self._close_client()
+
+    # -- the helper thread --------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="resilient-instrument",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            self._first()
+            while not self.off and not self.user_client:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                self._round()
+                time.sleep(MIN_INTERVAL)
+        except Exception as exc:  # noqa: BLE001 - the training goes on uninstrumented
+            self.disable(f"{type(exc).__name__}: {exc}")
+        with self._lock:
+            self._close_client()
+
+    def _first(self) -> None:
+        if self.step is None and self.first_step is None:
+            self.base = self._newest_checkpoint_step()
+            self.first_step = (self.base or 0) + 1
+        if self.rank == 0:
+            first = self.first_step if self.first_step is not None else 1
+            self._emit("resume", step=first - 1, fresh=first - 1 == 0, rank=0,
+                       world_size=int(self.env.get("WORLD_SIZE", "1") or 1),
+                       restart=self.env.get("TORCHELASTIC_RESTART_COUNT"),
+                       requeue=self.env.get("SLURM_RESTART_COUNT"))
+        if self.monitored and not self.user_client:
+            with self._lock:
+                self.client = self._connect()
+
+    def _round(self) -> None:
+        count = self.count
+        now = time.monotonic()
+        if count != self._handled:
+            self._handled = count
+            self._beat()
+            step = self.current_step()
+            if self.rank == 0 and step is not None and step != self._reported:
+                self._reported = step
+                self._emit("progress", step=step, rank=0)
+            if count >= ADAPT_AFTER:
+                self._adapt()
+        elif self.saves and now - self.save_started < MAX_KEEPALIVE_S:
+            self._beat()
+
+    def _beat(self) -> None:
+        with self._lock:
+            if self.client is None:
+                return
+            try:
+                self.client.send_heartbeat()
+            except Exception as exc:  # noqa: BLE001 - the monitor is gone (a stop): quiet
+                self._close_client()
+                _say(f"rank monitor gone ({exc}); heartbeats stop")
+
+    def _adapt(self) -> None:
+        if self.floor is None or self.client is None:
+            return
+        want = round(max(self.floor, SAFETY * self.max_gap), 1)
+        if self.timeout is not None and want <= self.timeout:
+            return
+        from nvidia_resiliency_ext.fault_tolerance.data import HeartbeatTimeouts
+
+        with self._lock:
+            if self.client is None:
+                return
+            current = self.client.hb_timeouts
+            self.client._set_calculated_timeouts(  # noqa: SLF001 - NVRx's own setter
+                new_hb_timeouts=HeartbeatTimeouts(initial=current.initial, subsequent=want,
+                                                  were_calculated=True),
+                new_section_timeouts=None)
+        self.timeout = want
+        if self.rank == 0:
+            _say(f"heartbeat timeout {want:g} s ({SAFETY:g} x the longest step interval "
+                 f"{self.max_gap:.2f} s, floor {self.floor:g} s)")
+
+    def _connect(self) -> Any:
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+        from resilient_slurm.launcher.instrument import patches
+
+        client = RankMonitorClient()
+        with patches.ours():
+            client.init_workload_monitoring()
+        client.send_heartbeat()
+        return client
+
+    def _close_client(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.shutdown_workload_monitoring()
+            self.client = None
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if not self.events_path:
+            return
+        if self._log is None:
+            from resilient_slurm.events import EventLog
+
+            self._log = EventLog(self.events_path, "training",
+                                 node=self.env.get("SLURMD_NODENAME"), instrumented=True)
+        try:
+            self._log.emit(kind, **fields)
+        except OSError:
+            pass
+
+    def _newest_checkpoint_step(self) -> int | None:
+        """The step of the newest checkpoint this job's ranks reported (the one a script that
+        resumes from its latest checkpoint resumed from)."""
+        if not self.events_path:
+            return None
+        from resilient_slurm.events import read_events
+
+        best = None
+        for e in read_events(self.events_path):
+            if e.get("kind") == "checkpoint" and e.get("source") == "training" \
+                    and isinstance(e.get("step"), int):
+                best = e["step"] if best is None else max(best, e["step"])
+        return best
