@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.launcher import restarts
+from resilient_slurm.launcher import report, restarts
 
 PREFIX = "resilient-launch: "
 FAULT_KINDS = (EventKind.WORKER_EXCEPTION, EventKind.WORKER_FAILED, EventKind.HANG_DETECTED)
@@ -35,6 +35,8 @@ def describe_fault(e: dict[str, Any]) -> str:
         return f"{node} local rank {e.get('local_rank')} {what}"
     what = "exception" if kind == EventKind.WORKER_EXCEPTION else "hang (missing heartbeats)"
     rank = e.get("rank")
+    if kind == EventKind.HANG_DETECTED and rank is None:
+        return f"{what}: {e.get('evidence') or report.UNKNOWN_CULPRIT}"
     return f"{node} rank {rank if rank is not None else '?'} {what}"
 
 
@@ -54,8 +56,10 @@ def cause(faults: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     a worker killed by a signal, else the first traceback of a rank that did not merely lose
     a peer (``peer_lost``), else the first."""
     hang = [e for e in faults if e.get("kind") == EventKind.HANG_DETECTED]
-    if hang:
-        return hang[0]
+    if hang:  # the culprit only on evidence (report.hang_culprit), its last heartbeat's time
+        found = report.hang_culprit(hang, {}, None)
+        return {**hang[0], "rank": found["rank"], "node": found["node"], "ts": found["ts"],
+                "evidence": found.get("evidence")}
     signalled = [e for e in faults if e.get("kind") == EventKind.WORKER_FAILED
                  and e.get("signal")]
     if signalled:
@@ -110,16 +114,21 @@ class JobLog(EventLog):
     """An event log that also writes the launcher's lines into the job log."""
 
     def __init__(self, path: str, source: str, max_restarts: int | None = None,
-                 out: IO[str] | None = None, nvrx: str = "0.4.1", **defaults: Any) -> None:
+                 out: IO[str] | None = None, nvrx: str = "0.4.1", instrumented: bool = False,
+                 **defaults: Any) -> None:
         super().__init__(path, source, **defaults)
         self.max_restarts, self.out = max_restarts, out
-        self.wait_for_resume = reports_first_heartbeat(nvrx)
+        # the training's resume (the instrumented ranks' first step) or NVRx's first heartbeat
+        self.wait_for_resume = instrumented or reports_first_heartbeat(nvrx)
+        self.high: int | None = None  # the highest step reported (EventTail.last_step)
         self._events: Sequence[dict[str, Any]] | None = None
         self._seen = 0
         self._restarts = 0
         self._faults: list[dict[str, Any]] = []  # fault events since the last restart
         self._fault: dict[str, Any] | None = None  # their cause (``cause``)
-        self._pending: tuple[dict[str, Any], int, float] | None = None  # waiting to resume
+        self._fault_high: int | None = None  # the highest step when the first fault came
+        # waiting to resume: (fault, restart, its time, the highest step before it)
+        self._pending: tuple[dict[str, Any], int, float, int | None] | None = None
 
     def say(self, line: str) -> None:
         print(PREFIX + line, file=self.out or sys.stdout, flush=True)
@@ -136,8 +145,11 @@ class JobLog(EventLog):
     def _budget(self, k: int) -> str:
         return f"{k}/{self.max_restarts}" if self.max_restarts is not None else str(k)
 
-    def watch(self, events: Sequence[dict[str, Any]], since: float) -> None:
-        """Read the watch loop's tail (this cycle's node events, accumulated) for new ones."""
+    def watch(self, events: Sequence[dict[str, Any]], since: float,
+              high: int | None = None) -> None:
+        """Read the watch loop's tail (this cycle's node events, accumulated) for new ones;
+        ``high``: the highest step reported so far (the fault lines' step and lost steps)."""
+        self.high = high if high is not None else self.high
         if events is not self._events:
             self.flush()
             self._events, self._seen, self._restarts = events, 0, 0
@@ -145,6 +157,8 @@ class JobLog(EventLog):
         for i, e in enumerate(new):
             kind = e.get("kind")
             if kind in FAULT_KINDS or kind == EventKind.PEER_LOST:
+                if not self._faults:
+                    self._fault_high = self.high
                 self._faults.append(e)
                 self._fault = cause(self._faults)
             elif kind == EventKind.RENDEZVOUS:
@@ -154,23 +168,33 @@ class JobLog(EventLog):
                     self._restarts = k
                     self._flush_pending()
                     if self._fault is not None and self.wait_for_resume:
-                        self._pending = (self._fault, k, float(self._fault.get("ts", 0)))
+                        self._pending = (self._fault, k, float(self._fault.get("ts", 0)),
+                                         self._fault_high)
                     elif self._fault is not None:  # no first-heartbeat line on this NVRx
                         self.say(f"fault {describe_fault(self._fault)} -> in-job restart "
                                  f"{self._budget(k)}")
                     else:
                         self.say(f"in-job restart {self._budget(k)} (no fault line seen)")
                     self._fault, self._faults = None, []
-            elif kind == EventKind.FIRST_HEARTBEAT and self._pending is not None:
-                fault, k, t0 = self._pending
+            elif self._pending is not None and (
+                    kind == EventKind.FIRST_HEARTBEAT
+                    or (kind == EventKind.RESUME and e.get("source") == "training")):
+                # recovery as the report has it (report.handler): the fault (a hang: its last
+                # heartbeat) -> the first of the training's resume and NVRx's first heartbeat
+                fault, k, t0, high = self._pending
                 self._pending = None
                 took = float(e.get("ts", t0)) - t0
-                self.say(f"fault {describe_fault(fault)} -> in-job restart {self._budget(k)}, "
-                         f"resumed in {took:.1f} s")
+                resumed = e.get("step") if kind == EventKind.RESUME else None
+                step = f" at step {high}" if high is not None else ""
+                lost = (f"; lost steps {max(high - resumed, 0)}" if isinstance(resumed, int)
+                        and high is not None else "")
+                self.say(f"fault {describe_fault(fault)}{step} -> in-job restart "
+                         f"{self._budget(k)}, resumed in {took:.1f} s"
+                         + (f" from step {resumed}" if isinstance(resumed, int) else "") + lost)
 
     def _flush_pending(self) -> None:
         if self._pending is not None:
-            fault, k, _t0 = self._pending
+            fault, k, _t0, _high = self._pending
             self.say(f"fault {describe_fault(fault)} -> in-job restart {self._budget(k)}")
         self._pending = None
 

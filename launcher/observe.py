@@ -132,14 +132,15 @@ class EventTail:
 
     ``events``: the :data:`WATCHED` kinds, accumulated over the cycle (what :meth:`read`
     returns); ``fresh``: every event of the last read, of any kind (the straggler monitor's
-    ``step_timing`` samples); ``last_progress``: the newest step report's time (``progress``
-    events are not kept)."""
+    ``step_timing`` samples); ``last_progress``: the newest step report's time, ``last_step``
+    the highest step reported (``progress`` events are not kept)."""
 
     def __init__(self, path: str, since: float = 0.0) -> None:
         self.path, self.since, self.offset = path, since, 0
         self.events: list[dict[str, Any]] = []
         self.fresh: list[dict[str, Any]] = []
         self.last_progress: float | None = None
+        self.last_step: int | None = None  # the highest step reported
 
     def read(self) -> list[dict[str, Any]]:
         self.fresh = []
@@ -167,6 +168,10 @@ class EventTail:
             self.fresh.append(e)
             if e.get("kind") == EventKind.PROGRESS:
                 self.last_progress = max(ts, self.last_progress or ts)
+                step = e.get("step")
+                if isinstance(step, int) and not isinstance(step, bool):
+                    self.last_step = step if self.last_step is None else max(step,
+                                                                             self.last_step)
             elif e.get("kind") in WATCHED:
                 self.events.append(e)
         return self.events

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import IO, Any, Generic, TypeVar
 
 from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.launcher import observe
+from resilient_slurm.launcher import observe, stopped
 from resilient_slurm.payloads_job import Relayed
 
 MAX_LINE = 64 * 1024
@@ -162,6 +162,9 @@ class Relay:
     def _write_events(self) -> None:
         while (got := self.kinds.get()) is not None:
             (kind, fields), dropped = got
+            if kind == EventKind.HANG_DETECTED and "stopped_ranks" not in fields:
+                # the evidence for the culprit: a rank whose process is stopped (SIGSTOP)
+                fields = {**fields, "stopped_ranks": stopped.stopped_ranks() or None}
             try:
                 # fields: built by observe.parse_line through the kind's payload type
                 self.events.emit(EventKind(kind), **fields, **Relayed(dropped=dropped or None))

@@ -42,6 +42,7 @@ class FaultRow:
     rank: Any = None  # the rank that failed / hung first, as observed
     rendezvous_s: float | None = None  # fault -> the restart's rendezvous round joined
     cycle: int | None = None
+    evidence: str = ""  # why the culprit (rank) is named, or that none is known
 
 
 @dataclass
@@ -160,6 +161,40 @@ def global_rank(failed: dict[str, Any], group_ranks: dict[str, int], nproc: Any)
     return f"{node}:{local}"
 
 
+HANG_WINDOW_S = 2.0  # ranks whose last heartbeats lie this close together: one collective hang
+UNKNOWN_CULPRIT = "collective hang, culprit unknown"
+
+
+def hang_culprit(hangs: list[dict[str, Any]], group_ranks: dict[str, int],
+                 nproc: Any) -> dict[str, Any]:
+    """The hang that missing-heartbeat reports describe, and its culprit only on evidence:
+    a rank the node shim found stopped (``stopped_ranks``: SIGSTOP); else the rank whose last
+    heartbeat (the report less the timeout it waited) is older than every other's by more
+    than :data:`HANG_WINDOW_S`, or the one rank that missed them; else none
+    (:data:`UNKNOWN_CULPRIT`: every rank waits in a collective for one that stopped, and
+    which one the heartbeats cannot tell). The fault's time is the oldest last heartbeat."""
+    last: list[tuple[float, Any, dict[str, Any]]] = []
+    for e in hangs:
+        rank = e.get("rank")
+        if rank is None and isinstance(e.get("local_rank"), int):  # NVRx >= 0.6
+            rank = global_rank(e, group_ranks, nproc)
+        last.append((float(e["ts"]) - float(e.get("waited_s") or 0), rank, e))
+    last.sort(key=lambda x: x[0])
+    ts, rank, first = last[0]
+    stopped = sorted({r for e in hangs for r in e.get("stopped_ranks") or []})
+    ranks = {r for _t, r, _e in last}
+    if stopped:
+        node = next((e.get("node") for e in hangs if stopped[0] in
+                     (e.get("stopped_ranks") or [])), first.get("node"))
+        return {"type": "hang", "rank": stopped[0], "node": node, "ts": ts,
+                "evidence": f"rank {','.join(map(str, stopped))} stopped (process state T)"}
+    if len(ranks) == 1 or (len(last) > 1 and last[1][0] - ts > HANG_WINDOW_S):
+        return {"type": "hang", "rank": rank, "node": first.get("node"), "ts": ts,
+                "evidence": "its heartbeats stopped first" if len(ranks) > 1
+                else "the only rank that missed heartbeats"}
+    return {"type": "hang", "rank": None, "node": "", "ts": ts, "evidence": UNKNOWN_CULPRIT}
+
+
 def _culprit(group: list[dict[str, Any]], group_ranks: dict[str, int] | None = None,
              nproc: Any = None) -> dict[str, Any] | None:
     """The fault a group of reports describes: the first incident that is no consequence of
@@ -173,10 +208,8 @@ def _culprit(group: list[dict[str, Any]], group_ranks: dict[str, int] | None = N
     for e in group:
         k, rank = e["kind"], e.get("rank")
         if k == EventKind.HANG_DETECTED:
-            ts = float(e["ts"]) - float(e.get("waited_s") or 0)
-            if rank is None and isinstance(e.get("local_rank"), int):  # NVRx >= 0.6
-                rank = global_rank(e, group_ranks or {}, nproc)
-            return {"type": "hang", "rank": rank, "node": e.get("node"), "ts": ts}
+            return hang_culprit([x for x in group if x["kind"] == EventKind.HANG_DETECTED],
+                                group_ranks or {}, nproc)
         if k == EventKind.WORKER_EXCEPTION and rank not in lost:
             return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
         if k == EventKind.RANK_DISCONNECTED and rank not in raised and failed:
@@ -286,10 +319,13 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
             resumed = events[j].get("step") if j is not None else None
             lost = max((high or 0) - int(resumed), 0) if isinstance(resumed, int) \
                 and high is not None else None
+            step = e.get("step")
+            if step is None and observed:  # the highest step reported before it
+                step = high
             rep.faults.append(FaultRow(
                 ts, str(e.get("type") or e.get("fault_type") or "?"), str(e.get("node") or ""),
-                e.get("step"), how, rec, lost, det, e.get("rank"), rdv,
-                e.get("cycle", cycle)))
+                step, how, rec, lost, det, e.get("rank"), rdv,
+                e.get("cycle", cycle), str(e.get("evidence") or "")))
     rep.restarts = sum(restarts.from_events(r) for r in rounds.values())
     g = goodput.compute(events, submitted=rep.start, ended=rep.end)
     rep.productive_s, rep.final_step = g.productive_s, g.final_step
@@ -321,6 +357,8 @@ def render(rep: Report, events: list[dict[str, Any]]) -> str:
         det = f"detected after {f.detected_s:.1f}s; " if f.detected_s is not None else ""
         rdv = f"rendezvous after {f.rendezvous_s:.1f}s; " if f.rendezvous_s is not None else ""
         rank = f" rank={f.rank}" if f.rank is not None else ""
+        if f.evidence:
+            rank += f" ({f.evidence})"
         lost = "unknown" if f.lost_steps is None else str(f.lost_steps)
         step = "unknown" if f.step is None else f.step
         lines.append(f"  +{f.ts - rep.start:8.1f}s {f.what:10} node={f.node or '-':8}{rank} "

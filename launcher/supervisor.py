@@ -57,7 +57,8 @@ class Supervisor:
         self.features = features
         self.events_path = os.path.join(cfg.state_dir, "events.jsonl")
         self.log = joblog.JobLog(self.events_path, "launcher", cfg.max_restarts,
-                                 nvrx=features.version, job=alloc.job_id)  # + the job log
+                                 nvrx=features.version, job=alloc.job_id,  # + the job log
+                                 instrumented="RESILIENT_INSTRUMENT" in opts.extra_env)
         self.env = step.quiet_env({**env, **opts.extra_env,
                                    "RESILIENT_EVENTS_FILE": self.events_path,
                                    "RESILIENT_STATE_DIR": cfg.state_dir,

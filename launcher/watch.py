@@ -60,7 +60,7 @@ class CycleWatch:
         """Read the new events and say whether the cycle stops now (``signal``: the one the
         launcher has pending)."""
         events = self.tail.read()
-        self.log.watch(events, self.since)
+        self.log.watch(events, self.since, self.tail.last_step)
         step_signal = any(e.get("kind") == EventKind.STEP_SIGNAL for e in events)
         if signal is Signal.NONE and step_signal:
             signal = Signal.USR1

@@ -48,6 +48,7 @@ class HangDetected(Relayed, total=False):
     heartbeat: str  # initial | subsequent
     waited_s: float
     local_rank: int | None
+    stopped_ranks: list[int]  # ranks of this node whose process was stopped (SIGSTOP)
 
 
 class WorkerRestart(Relayed, total=False):

@@ -38,6 +38,23 @@ MAX_KEEPALIVE_S = 1800.0  # a save longer than this stops being kept alive
 PREFIX = "resilient-launch instrument: "
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def ours() -> Iterator[None]:
+    """Our own client connecting (in this thread): not the script's."""
+    _local.ours = True
+    try:
+        yield
+    finally:
+        _local.ours = False
+
+
+def is_ours() -> bool:
+    return bool(getattr(_local, "ours", False))
+
+
 def _say(msg: str) -> None:
     print(PREFIX + msg, file=sys.stderr, flush=True)
 
@@ -233,10 +250,8 @@ class Agent:
     def _connect(self) -> Any:
         from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
 
-        from resilient_slurm.launcher.instrument import patches
-
         client = RankMonitorClient()
-        with patches.ours():
+        with ours():
             client.init_workload_monitoring()
         client.send_heartbeat()
         return client

@@ -17,29 +17,16 @@ wrapper adds never raises into the script.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from resilient_slurm.launcher.instrument.agent import Agent
+from resilient_slurm.launcher.instrument.agent import Agent, is_ours
 
-_local = threading.local()
 MARK = "__resilient_instrumented__"
-
-
-@contextlib.contextmanager
-def ours() -> Iterator[None]:
-    """Our own client connecting: not the script's."""
-    _local.ours = True
-    try:
-        yield
-    finally:
-        _local.ours = False
 
 
 def _path(x: Any) -> str | None:
@@ -113,7 +100,7 @@ def on_nvrx_client(agent: Agent) -> Callable[[ModuleType], None]:
 
         @functools.wraps(original)
         def init(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(_local, "ours", False):
+            if not is_ours():
                 agent.yield_to_user()
             return original(self, *args, **kwargs)
 

@@ -53,13 +53,44 @@ FOREIGN = [
 ]
 
 
+def _hang_group(*hangs: dict) -> list[dict]:
+    return [ev(0, "launch_start"), ev(0.1, "cycle_start", cycle=1),
+            nd(2.0, "rendezvous", round=0, group_rank=0, world=2),
+            nd(2.0, "rendezvous", "node2", round=0, group_rank=1, world=2), *hangs,
+            nd(70.0, "rendezvous", round=1, group_rank=0, world=2)]
+
+
+def test_hang_culprit_only_on_evidence() -> None:
+    """Every rank misses heartbeats within moments (they wait in a collective for the one
+    that stopped): no rank is named from the reports' order; the shim's stopped process
+    names it; a last heartbeat older than the others by more than the window names it."""
+    together = [nd(58.0, "hang_detected", rank=0, heartbeat="subsequent", waited_s=8.0),
+                nd(58.2, "hang_detected", "node2", rank=1, heartbeat="subsequent",
+                   waited_s=8.0)]
+    row = report.build(_hang_group(*together)).faults[0]
+    assert (row.rank, row.evidence, row.ts) == (None, report.UNKNOWN_CULPRIT, 50.0)
+    stopped = [together[0], {**together[1], "stopped_ranks": [1]}]
+    row = report.build(_hang_group(*stopped)).faults[0]
+    assert (row.rank, row.node) == (1, "node2") and "stopped" in row.evidence
+    apart = [together[0], nd(58.2, "hang_detected", "node2", rank=1, heartbeat="subsequent",
+                                waited_s=20.0)]
+    row = report.build(_hang_group(*apart)).faults[0]
+    assert (row.rank, row.node, row.ts) == (1, "node2", 38.2)
+    alone = [nd(58.2, "hang_detected", "node2", rank=1, heartbeat="subsequent", waited_s=8.0)]
+    assert report.build(_hang_group(*alone)).faults[0].rank == 1
+    text = report.render(report.build(_hang_group(*together)), _hang_group(*together))
+    assert "collective hang, culprit unknown" in text
+
+
 def test_report_of_a_foreign_script_from_observations() -> None:
     rep = report.build(FOREIGN)
     rows = [(f.what, f.rank, f.handled_by) for f in rep.faults]
     assert rows == [("exception", 1, "in-job restart (ft_launcher)"),
                     ("SIGKILL", 0, "in-job restart (ft_launcher)"),
-                    ("hang", 1, "in-job restart (ft_launcher, missing heartbeats)")]
-    assert [f.node for f in rep.faults] == ["node2", "node1", "node2"]
+                    ("hang", None, "in-job restart (ft_launcher, missing heartbeats)")]
+    # every monitor reported within 0.1 s: which rank stopped the heartbeats cannot tell
+    assert rep.faults[2].evidence == report.UNKNOWN_CULPRIT
+    assert [f.node for f in rep.faults] == ["node2", "node1", ""]
     assert [f.recovery_s for f in rep.faults] == [7.0, 6.0, 14.5]
     assert [round(f.rendezvous_s or 0, 3) for f in rep.faults] == [6.9, 1.0, 9.5]
     assert [f.detected_s for f in rep.faults] == [None, None, 8.0]

@@ -10,7 +10,7 @@ import pytest
 from nvrx_output_helpers import VERSIONS, events_of  # type: ignore[import-not-found]
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import joblog
+from resilient_slurm.launcher import joblog, report
 
 
 def log_in(tmp_path: Path, max_restarts: int | None = 3) -> tuple[joblog.JobLog, io.StringIO]:
@@ -87,3 +87,28 @@ def test_hang_is_the_cause_not_the_kill_that_follows() -> None:
             {"kind": "peer_lost", "node": "node1", "rank": 0},
             {"kind": "worker_exception", "node": "node2", "rank": 1}]
     assert joblog.describe_fault(joblog.cause(peer) or {}) == "node2 rank 1 exception"
+
+
+def test_instrumented_hang_line_as_the_report_has_it(tmp_path: Path) -> None:
+    """An instrumented training on any NVRx: the line comes when the training runs again
+    (its resume), with the step, the recovery time as the report defines it (the hang's last
+    heartbeat -> the resume) and the lost steps; no culprit without evidence."""
+    out = io.StringIO()
+    log = joblog.JobLog(str(tmp_path / "events.jsonl"), "launcher", 3, out=out, nvrx="0.7.0",
+                        instrumented=True)
+    ev: list[dict[str, object]] = [
+        {"kind": "rendezvous", "ts": 1.0, "node": n, "round": 0} for n in ("node1", "node2")]
+    log.watch(ev, 0.0, high=40)
+    ev += [{"kind": "hang_detected", "ts": 60.0, "node": "node1", "rank": 0, "waited_s": 10.0},
+           {"kind": "hang_detected", "ts": 60.2, "node": "node2", "rank": 1, "waited_s": 10.0}]
+    log.watch(ev, 0.0, high=42)
+    ev += [{"kind": "rendezvous", "ts": 64.0, "node": n, "round": 1} for n in ("node1", "node2")]
+    log.watch(ev, 0.0, high=42)
+    assert out.getvalue() == ""  # not yet: the training has not run again
+    ev.append({"kind": "resume", "source": "training", "ts": 71.5, "step": 40})
+    log.watch(ev, 0.0, high=42)
+    assert out.getvalue().splitlines() == [
+        "resilient-launch: fault hang (missing heartbeats): collective hang, culprit unknown "
+        "at step 42 -> in-job restart 1/3, resumed in 21.5 s from step 40; lost steps 2"]
+    assert report.build([*ev, {"kind": "progress", "source": "training", "ts": 49.0,
+                               "step": 42}]).faults[0].recovery_s == 21.5
