@@ -108,7 +108,7 @@ class Agent:
     # -- the training thread ----------------------------------------------------------------
     def on_step(self, optimizer: Any, _args: Any = None, _kwargs: Any = None) -> None:
         """torch's optimizer-step post hook."""
-        if self.off:
+        if self.off or self.user_client:
             return
         try:
             now = time.monotonic()
@@ -188,6 +188,8 @@ class Agent:
             self._close_client()
 
     def _first(self) -> None:
+        if self.user_client:
+            return
         if self.step is None and self.first_step is None:
             self.base = self._newest_checkpoint_step()
             self.first_step = (self.base or 0) + 1
