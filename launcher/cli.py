@@ -353,8 +353,9 @@ def launch_options(ctx: click.Context) -> plan.LaunchOptions:
 
 
 def instrument_env(ctx: click.Context) -> dict[str, str]:
-    """The ranks' bootstrap (``launcher/instrument``) unless ``--no-instrument``."""
-    if ctx.params.get("no_instrument"):
+    """The ranks' bootstrap (``launcher/instrument``) unless ``--no-instrument`` or
+    ``--inprocess`` (whose training library keeps level 0's own heartbeats and timeouts)."""
+    if ctx.params.get("no_instrument") or ctx.params.get("inprocess"):
         return {}
     from resilient_slurm.launcher import instrument
 
