@@ -8,7 +8,10 @@ under the ``srun ft_launcher`` line a user writes by hand (same heartbeat and te
 Recovery per fault is read from the script's own timestamps (fault line -> first step after
 the restart), so both are measured by the same clock and the same rule.
 
-    python bench/foreign_vs_ft.py [--dir /tmp/rs-bench-foreign]    # its own sandbox
+    python bench/foreign_vs_ft.py [--dir /tmp/rs-bench-foreign] [--json OUT]  # its own sandbox
+
+``--json OUT``: the runs and means, the command, when and at what load (docs/any-script.md
+quotes ``bench/results/foreign-vs-ft.json``).
 """
 
 from __future__ import annotations
@@ -133,7 +136,9 @@ def render(res: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=None, help="sandbox + work directory (default: a new temp)")
+    ap.add_argument("--json", default=None, help="write the figures here too")
     ns = ap.parse_args()
+    load = [round(x, 1) for x in os.getloadavg()]
     from resilient_slurm.sandbox import lifecycle
     from resilient_slurm.slurm import connect
 
@@ -143,7 +148,16 @@ def main() -> int:
         work = Path(root) / "work"
         work.mkdir(exist_ok=True)
         slurm = connect(conf=paths.conf, backend="cli", timeout=10)
-        print(render(side_by_side(slurm, paths.conf, work)))
+        res = side_by_side(slurm, paths.conf, work)
+        print(render(res))
+        if ns.json:
+            import json
+
+            with open(ns.json, "w") as fh:
+                json.dump({"command": " ".join(["bench/foreign_vs_ft.py", *sys.argv[1:]]),
+                           "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           "load_avg_at_start": load, **res}, fh, indent=1)
+                fh.write("\n")
     finally:
         lifecycle.down(root, quiet=True)
         if ns.dir is None:
