@@ -166,13 +166,11 @@ class LaunchOptions:
     @property
     def heartbeat_s(self) -> float:
         """The heartbeat timeout ft_launcher starts with (the user's, else NVRx's own)."""
-        return self.heartbeat_timeout if self.heartbeat_timeout is not None \
-            else NVRX_HEARTBEAT_TIMEOUT
+        return self.heartbeat_timeout or NVRX_HEARTBEAT_TIMEOUT
 
     @property
     def initial_heartbeat_s(self) -> float:
-        return self.initial_heartbeat_timeout if self.initial_heartbeat_timeout is not None \
-            else NVRX_INITIAL_HEARTBEAT_TIMEOUT
+        return self.initial_heartbeat_timeout or NVRX_INITIAL_HEARTBEAT_TIMEOUT
 
     @property
     def stop_grace(self) -> float:
