@@ -28,7 +28,9 @@ Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
   imported, waiting in NVRx's Wrapper) and takes a lost rank's place in the live processes,
   the world size kept (``docs/inprocess.md``, "Hot spares in level 0").
 
-Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STEP@rankN``); the
+Faults: exception, SIGKILL and hang fire inside the training (``--fault TYPE@STEP@rankN``; in a
+job that shrank below rank N the fault is skipped, never moved onto another rank, and the row's
+``fault_schedule`` says which and why: every table prints it as ``faults as seeded``); the
 node fault is made by the harness as a GPU falling off the bus would be: the node's simulated
 hardware turns bad (``xid79``, seen only by the root HealthCheckProgram) and the rank on it
 dies, and a worker started there again fails at start (``bench/gated_train.py``). Nobody
