@@ -236,7 +236,8 @@ def _shim_problems(name: str, path: str) -> list[str]:
         problems.append(f"{path}: does not fail closed (a shim of an older release: when its "
                         "interpreter goes, the node stays in service unchecked; run "
                         "install-hooks)")
-    interp = shim.interpreter(text)
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    interp = shim.interpreter(text).replace("{node}", node)  # a per-node venv: this node's
     if not interp or not os.access(interp, os.X_OK):
         problems.append(f"{path}: interpreter {interp or '?'} missing (the shim drains the node "
                         f"with {shim.BROKEN_CODE})")

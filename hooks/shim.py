@@ -16,7 +16,9 @@ and when the package or one of its dependencies cannot be imported the Python pa
 A node drained this way is not resumed by the hooks (they could not run); once the
 installation is repaired (``install-hooks --check`` passes), an admin resumes it. The values
 baked in (interpreter, Slurm's tools and config, prefix, events file) come from the config
-the shims are installed with; a value a shell or JSON string could not hold is refused.
+the shims are installed with; a value a shell or JSON string could not hold is refused. The
+interpreter's path and the events file may hold ``{node}`` (this node's name: a node-local
+venv).
 """
 
 from __future__ import annotations
@@ -70,10 +72,7 @@ def _safe(name: str, value: str) -> str:
 def text(hook: str, python: str, module: str, func: str, config_path: str,
          settings: ShimSettings) -> str:
     """The shim for ``hook`` (see the module doc)."""
-    py = _safe("python", python)
-    pre, _, post = _safe("hooks.events_file", settings.events_file).partition("{node}")
-    events = (f"EV={shlex.quote(pre)}\"$node\"{shlex.quote(post)}" if _ else
-              f"EV={shlex.quote(pre)}")
+    events = "EV=" + _per_node(_safe("hooks.events_file", settings.events_file))
     reason = f"{_safe('hooks.owner_prefix', settings.owner_prefix)}{BROKEN_CODE} {hook}"
     conf = _safe("hooks.slurm_conf", settings.slurm_conf)
     env_conf = f"SLURM_CONF={shlex.quote(conf)}; export SLURM_CONF\n" if conf else ""
@@ -84,18 +83,18 @@ def text(hook: str, python: str, module: str, func: str, config_path: str,
 # resilient-slurm {hook}. /bin/sh runs these lines: when the interpreter is gone (or, with
 # {BROKEN_FLAG}, the package cannot be imported) it drains this node with '{reason}'
 # through scontrol and exits {EXIT_BROKEN}; else the interpreter runs this file as Python.
-PY={shlex.quote(py)}
+node=${{SLURMD_NODENAME:-$(uname -n)}}; node=${{node%%.*}}
+PY={_per_node(_safe("python", python))}
 PATH={shlex.quote(bins)}:/usr/sbin:/usr/bin:/sbin:/bin; export PATH
 {env_conf}broken() {{
-    node=${{SLURMD_NODENAME:-$(uname -n)}}; node=${{node%%.*}}
     case $node in ''|*[!A-Za-z0-9._-]*)
         echo "resilient-{hook}: $1; no node name" >&2; exit {EXIT_BROKEN};;
     esac
     echo "resilient-{hook}: HOOK BROKEN: $1: draining $node" >&2
-    now=$(sinfo -h -N -n "$node" -o %E 2>/dev/null | head -n 1)
+    now=$(timeout 20 sinfo -h -N -n "$node" -o %E 2>/dev/null | head -n 1)
     if [ -n "$now" ] && [ "$now" != none ]; then
         echo "resilient-{hook}: $node already has a reason ($now): left as it is" >&2
-    elif scontrol update nodename="$node" state=drain reason='{reason}'; then
+    elif timeout 20 scontrol update nodename="$node" state=drain reason='{reason}'; then
         {events}
         if [ -d "${{EV%/*}}" ] && [ ! -L "$EV" ]; then
             printf '{{"ts": %s, "time": "%s", "kind": "drain", "source": "%s", "node": "%s", '\\
@@ -129,11 +128,20 @@ sys.exit({func}(['--config', {config_path!r}]))
     return shell + python_part
 
 
+def _per_node(path: str) -> str:
+    """``path`` as a shell word, ``{node}`` (first) as this node's name (a node-local venv,
+    a per-node events file)."""
+    pre, found, post = path.partition("{node}")
+    if not found:
+        return shlex.quote(pre)
+    return f"{shlex.quote(pre)}\"$node\"" + (shlex.quote(post) if post else "")
+
+
 def interpreter(shim_text: str) -> str:
     """The interpreter a shim names: the shell part's ``PY=`` (an older shim: its ``#!``)."""
     for line in shim_text.splitlines():
         if line.startswith("PY="):
-            words = shlex.split(line[3:])
+            words = shlex.split(line[3:].replace('"$node"', "{node}"))
             return words[0] if words else ""
     first = shim_text.split("\n", 1)[0]
     if first.startswith("#!") and first[2:].split() and "/bin/sh" not in first:

@@ -63,15 +63,32 @@ def sandbox() -> None:
 @click.option("--health-interval", type=click.IntRange(1, 86_400), default=None,
               help="HealthCheckInterval in seconds in place of the timing's (10 fast, 30 "
                    "production; 300 is common on real clusters).")
+@click.option("--metrics", is_flag=True,
+              help="Also start Debian's prometheus and prometheus-node-exporter (textfile "
+                   "collector over each node's directory and the jobs' metrics), with the "
+                   "project's rules; `sandbox env` then gives jobs --metrics-dir and "
+                   "--job-index. Needs --hooks.")
 @DIR_OPTION
 def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool,
-       health_interval: int | None, root: str) -> None:
+       health_interval: int | None, metrics: bool, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
+    from resilient_slurm.sandbox import metrics_stack, prom
+
+    if metrics and not hooks:
+        _fail(SandboxError("--metrics reads the hooks' metrics: it needs --hooks"))
     try:
+        if metrics:
+            prom.programs()  # missing: say what to install before anything starts
         paths = lifecycle.up(root, nodes, hooks=hooks, timing=timing, user=user, watch=watch,
                              health_interval=health_interval)
         account = lifecycle.job_user(root)
-    except (SandboxError, SlurmError) as exc:
+    except (SandboxError, SlurmError, prom.PromError) as exc:
+        _fail(exc)
+    try:
+        stack = metrics_stack.start(paths, [f"node{i}" for i in range(1, nodes + 1)],
+                                    account) if metrics else None
+    except (OSError, prom.PromError) as exc:
+        lifecycle.down(root, quiet=True)  # ours, just started
         _fail(exc)
     click.echo(f"sandbox up: {nodes} node(s) idle under {paths.root} ({timing} timing)")
     click.echo(f"job user: {account.name} (uid {account.uid}), work dir {account.work_dir}")
@@ -79,6 +96,9 @@ def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool,
     click.echo(f"process tracking: {track.proctrack}: {track.reason}")
     if watch:
         click.echo(f"node watcher on every node (logs: {paths.p('log', 'watch-NODE.out')})")
+    if stack is not None:
+        click.echo(f"Prometheus {stack.url} (rules: prometheus/rules.yml; alerts: "
+                   f"{stack.url}/alerts), node_exporter per node and for the jobs' metrics")
     click.echo(lifecycle.memory_summary(root))
     click.echo(f"SLURM_CONF={paths.conf}")
 

@@ -139,18 +139,33 @@ def job_user(root: str) -> JobUser:
 NODE_MEMORY = "shm"  # each node's memory-tier folder, under its node directory
 
 
+def jobs_metrics_dir(paths: Paths) -> str:
+    """The jobs' textfile directory of ``sandbox up --metrics`` (``metrics_stack.py``)."""
+    return paths.p("metrics", "jobs")
+
+
+def jobs_index(paths: Paths) -> str:
+    """The jobs index (``resilient-launch --job-index``, the config's ``[fleet] jobs_index``)."""
+    return paths.p("metrics", "jobs", "index.jsonl")
+
+
 def job_env(paths: Paths) -> dict[str, str]:
     """What a job on this sandbox needs in its environment (sbatch passes the submitter's on):
     ``SLURM_CONF``; ``RESILIENT_SANDBOX_DIR`` (node faults); ``RESILIENT_SLURM_CONFIG``, the
     hooks' config, where resilient-launch reads where verdicts are published; and
     ``RESILIENT_TIER1_DIR``, one node-memory folder per node (``{node}``: the nodes share this
-    host's ``/dev/shm``, a real node has memory of its own)."""
-    return {
+    host's ``/dev/shm``, a real node has memory of its own). With ``up --metrics``, also
+    ``RESILIENT_METRICS_DIR`` and ``RESILIENT_JOB_INDEX`` (the job's metrics and the index)."""
+    env = {
         "SLURM_CONF": paths.conf,
         "RESILIENT_SANDBOX_DIR": paths.root,
         "RESILIENT_SLURM_CONFIG": paths.p("etc", "resilient-slurm", "config.toml"),
         "RESILIENT_TIER1_DIR": paths.p("nodes", "{node}", NODE_MEMORY),
     }
+    if os.path.isdir(jobs_metrics_dir(paths)):
+        env["RESILIENT_METRICS_DIR"] = jobs_metrics_dir(paths)
+        env["RESILIENT_JOB_INDEX"] = jobs_index(paths)
+    return env
 
 
 def make_node_memory(paths: Paths, nodes: Sequence[str]) -> None:

@@ -90,7 +90,7 @@ def hooks_config(paths: Paths, extra: str = "", hooks_extra: str = "") -> str:
         "tool_timeout_s = 5\n"
         "nvml_timeout_s = 5\n"
         "dcgm_diag_timeout_s = 8\n"
-        + extra
+        + extra + f'[fleet]\njobs_index = "{p("metrics", "jobs", "index.jsonl")}"\n'
     )
 
 
@@ -296,6 +296,9 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
         if quiet:
             return []
         raise SandboxError(f"no sandbox at {paths.root}")
+    from resilient_slurm.sandbox import metrics_stack
+
+    metrics_stack.stop(paths)  # `up --metrics`: Prometheus and its node_exporters
     ctld = controller_pid(root)
     if ctld is not None:
         os.kill(ctld, signal.SIGCONT)  # a stalled controller would make the scancel below hang
