@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from resilient_slurm.fatal import ConfigurationError, reported
 from resilient_slurm.fsutil import atomic_write_json, read_json
 
 FORMAT = 1
@@ -250,6 +251,22 @@ def bytes_used(job_dir: str) -> int:
 
 
 NODE_STAMP = ".node"  # the node a job's memory folder belongs to
+
+
+class CheckpointError(RuntimeError):
+    """A memory-tier save or load that cannot be done (``resilient_slurm.checkpoint``)."""
+
+
+class NodeMemoryShared(CheckpointError, ConfigurationError):
+    """Two nodes' memory tiers in one folder (:func:`claim`): the same on every attempt."""
+
+
+def shared(clash: str) -> NodeMemoryShared:
+    """The error every rank raises when some rank's :func:`claim` failed, reported
+    (``resilient_slurm.fatal``: no restart, the launcher ends the job with it)."""
+    return reported(NodeMemoryShared(clash or "another rank's node memory folder is shared "
+                                     "with another node; on one host give "
+                                     "RESILIENT_TIER1_DIR a {node}"))
 
 
 def claim(job_dir: str, node: str) -> str:

@@ -38,9 +38,7 @@ import torch.distributed as dist
 from resilient_slurm.checkpoint import budget, flat, peers, reshard, store
 from resilient_slurm.checkpoint.durable import Durable
 
-
-class CheckpointError(RuntimeError):
-    pass
+CheckpointError = store.CheckpointError  # a save or load that cannot be done
 
 
 default_job = store.default_job  # the job's folder name under the node-memory root
@@ -160,8 +158,7 @@ class Tiers:
         flag = torch.tensor([1 if clash else 0], dtype=torch.int64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)  # every rank or none
         if int(flag[0]):
-            raise CheckpointError(clash or "another rank's node memory folder is shared "
-                                  "with another node")
+            raise store.shared(clash)  # a configuration error: no restart can fix it
         self._ready = True
 
     # -- saving ---------------------------------------------------------------------------

@@ -19,7 +19,8 @@ EXIT_TERMINATED = 143
 # definition: the help text is rendered from it).
 EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
     (EXIT_DONE, "training completed"),
-    (EXIT_USAGE, "usage or configuration error (also: not inside a Slurm allocation)"),
+    (EXIT_USAGE, "usage or configuration error (also: not inside a Slurm allocation; the\n"
+     "config-error verdict: a configuration error the training reported, which no retry fixes)"),
     (EXIT_NO_PROGRESS, "no-progress verdict: no new step report or complete checkpoint across\n"
      "--no-progress-limit cycles/requeues (a deterministic crash); not requeued.\n"
      "Never issued without a progress signal (the log says so)"),
@@ -34,6 +35,8 @@ EXIT_MEANINGS: tuple[tuple[int, str], ...] = (
     (EXIT_ERROR, "internal error"),
 )
 EXIT_OF = {Action.DONE: EXIT_DONE, Action.TERMINATE: EXIT_TERMINATED,
-           Action.NO_PROGRESS: EXIT_NO_PROGRESS, Action.BUDGET: EXIT_BUDGET}
+           Action.NO_PROGRESS: EXIT_NO_PROGRESS, Action.BUDGET: EXIT_BUDGET,
+           Action.CONFIG_ERROR: EXIT_USAGE}
 VERDICT_OF = {Action.DONE: "completed", Action.TERMINATE: "terminated",
-              Action.NO_PROGRESS: "no-progress", Action.BUDGET: "budget-exhausted"}
+              Action.NO_PROGRESS: "no-progress", Action.BUDGET: "budget-exhausted",
+              Action.CONFIG_ERROR: "config-error"}

@@ -178,6 +178,7 @@ class EventTail:
 
 
 # What the watch loop tails: the node shims' observations (their log lines, and signals the
-# step's tasks got), and the training's ``resume`` (level 0's record of the nodes it left
-# out, read by launcher/level0.py).
-WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME, EventKind.STEP_SIGNAL})
+# step's tasks got), the training's ``resume`` (level 0's record of the nodes it left out,
+# read by launcher/level0.py) and ``config_error`` (no retry can fix it: resilient_slurm/fatal.py).
+WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME, EventKind.STEP_SIGNAL,
+                     EventKind.CONFIG_ERROR})

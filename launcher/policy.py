@@ -10,6 +10,9 @@ Rules, in order:
    turns a success into a requeue).
 2. ``SIGTERM`` (``scancel``, preemption) ends the launcher with exit 143; a cancelled job is
    never requeued, whenever the signal arrived (during a cycle, blame or before a requeue).
+2a. A configuration error the training reported (``resilient_slurm/fatal.py``): the
+   config-error verdict (exit 2), whatever else holds: no restart, relaunch or requeue can
+   fix it.
 3. ``SIGUSR1`` (time-limit warning) means requeue: the training was asked to save.
 4. Too many requeues already (the launcher's own, counted in its ledger, beyond
    ``--max-requeues``): budget verdict. Slurm's requeues (preemption, node failure, an
@@ -22,8 +25,8 @@ Rules, in order:
 7. Any requeue with the budget spent becomes the budget verdict.
 
 While a cycle runs, :func:`stop_reason` says whether the watch loop stops it, from what the
-loop saw this tick (``Watched``), in this order: a signal, a straggler verdict, the in-job
-restart budget, a node fault.
+loop saw this tick (``Watched``), in this order: a signal, a configuration error, a straggler
+verdict, the in-job restart budget, a node fault.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Action(str, Enum):
     REQUEUE = "requeue"  # exit 5 once Slurm took the requeue
     NO_PROGRESS = "no-progress"  # exit 3
     BUDGET = "budget-exhausted"  # exit 4
+    CONFIG_ERROR = "config-error"  # exit 2: the training reported a configuration error
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class State:
     requeues: int = 0  # requeues this launcher asked for (the ledger), not SLURM_RESTART_COUNT
     max_requeues: int = 3
     prefer_requeue: bool = False  # blamed nodes go by requeue even when survivors suffice
+    config_error: str = ""  # the training's configuration error (fatal.py), if it reported one
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ def decide(s: State) -> Decision:
     if s.signal is Signal.TERM:
         return Decision(Action.TERMINATE, "SIGTERM received (scancel or preemption): left to "
                                           "Slurm, not requeued")
+    if s.config_error:
+        return Decision(Action.CONFIG_ERROR, f"{s.config_error} (a configuration error no "
+                                             "restart or requeue can fix: not requeued)")
     if s.requeues > s.max_requeues:
         return Decision(Action.BUDGET, f"{s.requeues} requeue(s) by the launcher exceed "
                                        f"--max-requeues {s.max_requeues}")
@@ -122,13 +130,17 @@ class Watched:
     restarts: int = 0  # in-job restarts of this cycle so far
     max_restarts: int | None = None  # --max-restarts (None: no limit of ours)
     node_fault: str = ""  # the node watch's finding, when it was asked this tick
+    config_error: str = ""  # a configuration error the training reported (fatal.py)
 
 
 def stop_reason(w: Watched) -> str:
     """Why the running cycle stops now ("": it goes on); the first of: a pending signal, a
-    straggler verdict, the in-job restarts beyond ``--max-restarts``, a node fault."""
+    configuration error, a straggler verdict, the in-job restarts beyond ``--max-restarts``,
+    a node fault."""
     if w.signal is not Signal.NONE:
         return f"{w.signal.value} received"
+    if w.config_error:
+        return f"configuration error: {w.config_error}"
     if w.stragglers:
         return "straggler: " + "; ".join(f"{n} {e}" for n, e in sorted(w.stragglers.items()))
     if w.max_restarts is not None and w.restarts > w.max_restarts:

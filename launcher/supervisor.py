@@ -78,6 +78,7 @@ class Supervisor:
         # a bad node out itself; the heartbeat timeout is how long level 2 waits for it.
         self.level0 = level0.Level0Grace(opts.heartbeat_s) if opts.min_nnodes else None
         self.standby: list[str] = []  # --spares: idle nodes a blamed node may be swapped for
+        self.config_error = ""  # the training's configuration error (fatal.py): ends the job
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -90,7 +91,8 @@ class Supervisor:
     def _state(self, phase: Phase, usable: int, blamed: int = 0) -> policy.State:
         return policy.State(phase, self.signal, usable, self.cfg.min_nodes, blamed,
                             self.node_ledger.no_progress, self.cfg.no_progress_limit,
-                            self.node_ledger.requeues, self.cfg.max_requeues)
+                            self.node_ledger.requeues, self.cfg.max_requeues,
+                            config_error=self.config_error)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> int:
@@ -137,6 +139,8 @@ class Supervisor:
                     type="signal", signal=self.signal.value, committed_step=step,
                     detail="stopped: " + ("terminated (scancel or preemption)"
                                           if self.signal is Signal.TERM else "time limit warning")))
+                return self._act(policy.decide(self._state(Phase.FAILED, len(nodes))))
+            if self.config_error:  # no blame, relaunch or requeue can fix it
                 return self._act(policy.decide(self._state(Phase.FAILED, len(nodes))))
             if not stopped:
                 self.log.emit(EventKind.FAULT, **events.Fault(
@@ -240,7 +244,9 @@ class Supervisor:
             if t.why and self.proc.poll() is None:
                 self.log.emit(EventKind.STOP_CYCLE, **events.StopCycle(reason=t.why))
                 self._stop_step(record_dir)
+                self.config_error = w.config_error()
                 return t.why
+        self.config_error = w.config_error()
         return ""
 
     def _stop_step(self, record_dir: str) -> None:

@@ -69,7 +69,7 @@ class CycleWatch:
         self.slow.update(stop)
         seen = policy.Watched(signal, {n: v.evidence for n, v in self.slow.items()} if stop
                               else {}, restarts.in_cycle(events, self.since, self.cycle_info_dir),
-                              self.max_restarts)
+                              self.max_restarts, config_error=config_error(events))
         why = policy.stop_reason(seen)
         due = time.monotonic() - self.last_check >= self.state_check_interval
         if not why and (due or self.nodes.verdict_failing()):
@@ -77,6 +77,11 @@ class CycleWatch:
             self.on_state_check()
             why = policy.stop_reason(replace(seen, node_fault=self._node_fault()))
         return Tick(why, step_signal, stop)
+
+    def config_error(self) -> str:
+        """The configuration error the training reported this cycle ("": none), after one
+        last read of the events (the step may have ended before a tick saw it)."""
+        return config_error(self.tail.read())
 
     def _node_fault(self) -> str:
         """Why a node fault stops the step now ("" if none): ``nodewatch``'s finding, less
@@ -109,3 +114,11 @@ class CycleWatch:
                 reason="bad node whose ranks the training already left out; the step goes on "
                        "without it"))
         return stop
+
+
+def config_error(events: Sequence[dict[str, Any]]) -> str:
+    """The first ``config_error`` event's message, with where it was raised ("": none)."""
+    for e in events:
+        if e.get("kind") == EventKind.CONFIG_ERROR:
+            return f"{e.get('message') or '?'} (rank {e.get('rank', '?')} on {e.get('node', '?')})"
+    return ""

@@ -59,6 +59,7 @@ from resilient_slurm.payloads import (
 from resilient_slurm.payloads_job import (
     Checkpoint,
     Complete,
+    ConfigErrorEvent,
     HangDetected,
     Progress,
     RankEvent,
@@ -138,6 +139,7 @@ class EventKind(StrEnum):
     STEP_TIMING = "step_timing"  # per-node step times, for the straggler detector
     STOPPED = "stopped"  # the training saved and stopped on a signal
     COMPLETE = "complete"  # the training finished
+    CONFIG_ERROR = "config_error"  # a configuration error no retry can fix (fatal.py)
 
 
 # -- typed payloads (resilient_slurm/payloads.py, payloads_job.py; docs/events.md lists the
@@ -165,7 +167,7 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.STEP_SIGNAL: (StepSignal,), EventKind.PROGRESS: (Progress,),
     EventKind.CHECKPOINT: (Checkpoint,), EventKind.RECOVERED: (Recovered,),
     EventKind.STEP_TIMING: (StepTiming,), EventKind.STOPPED: (Stopped,),
-    EventKind.COMPLETE: (Complete,),
+    EventKind.COMPLETE: (Complete,), EventKind.CONFIG_ERROR: (ConfigErrorEvent,),
 }
 
 

@@ -138,6 +138,15 @@ class Stopped(TypedDict, total=False):
     loss: float
 
 
+class ConfigErrorEvent(TypedDict, total=False):
+    """``config_error``: a configuration error no retry can fix (``resilient_slurm/fatal.py``);
+    the launcher ends the job with it."""
+
+    message: str
+    rank: int
+    node: str
+
+
 class Complete(TypedDict, total=False):
     """``complete``: the training finished."""
 

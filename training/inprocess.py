@@ -55,6 +55,7 @@ import torch.distributed as dist
 from nvidia_resiliency_ext import inprocess as nvrx
 
 from resilient_slurm.checkpoint import peers
+from resilient_slurm.fatal import EXIT_CONFIG, ConfigurationError
 from resilient_slurm.training.gloo_abort import SocketAbort, Waker
 from resilient_slurm.training.memstate import MemoryState
 
@@ -279,7 +280,11 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
         print(f"[inprocess] restart limit ({kept.settings.max_iterations}) reached: leaving "
               "the restart to the launcher", flush=True)
         raise SystemExit(EXIT_BELOW_MIN)  # an Exception here would only restart again
-    return fn(ctx)
+    try:
+        return fn(ctx)
+    except ConfigurationError as exc:  # the same on every attempt: never re-entered
+        print(f"[inprocess] configuration error, not restarted: {exc}", flush=True)
+        raise SystemExit(EXIT_CONFIG) from exc
 
 
 def _initial_ranks(call: Any, first: int, end: int) -> set[int]:

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from resilient_slurm import checkpoint  # noqa: E402
 from resilient_slurm.checkpoint import store  # noqa: E402
 
 from .tier_helpers import BIN, digest, on_nodes, starts, under_ft_launcher  # noqa: E402
@@ -161,6 +162,8 @@ def test_two_nodes_sharing_one_memory_folder_are_refused(tmp_path) -> None:
     out = on_nodes(str(tmp_path), ["a", "b"], STEPS, check=False, timeout=120,
                    extra_env={"RESILIENT_TIER1_DIR": str(tmp_path / "shared")})
     assert out.count("is also node") == 1, out[-3000:]  # the rank that came second says why
-    assert out.count("CheckpointError") >= 2, out[-3000:]
+    # a CheckpointError that is also a configuration error (resilient_slurm.fatal): no retry
+    assert out.count("NodeMemoryShared") >= 2, out[-3000:]
+    assert issubclass(store.NodeMemoryShared, checkpoint.CheckpointError)
     assert "give RESILIENT_TIER1_DIR a {node}" in out
     assert not store.scan(str(tmp_path / "shared" / "job"))

@@ -44,7 +44,8 @@ def fault_free(world: int, steps: int, tmp_path) -> str:
 
 
 def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[str],
-           options: tuple[str, ...] = (), steps: int = 10) -> tuple[int, str, str]:
+           options: tuple[str, ...] = (), steps: int = 10,
+           tier1_dir: str | None = None) -> tuple[int, str, str]:
     ckpt = str(tmp_path / "ckpt")
     script = tmp_path / "job.sbatch"
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
@@ -56,7 +57,8 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
             "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
     # memory tiers (--inprocess, --memory-tiers): the sandbox's nodes share this host's
     # /dev/shm, so each node gets its own folder, as each real node has its own memory
-    shm = tmp_path / "shm" / "{node}"
+    # (``tier1_dir``: another, e.g. one the nodes share)
+    shm = tier1_dir or tmp_path / "shm" / "{node}"
     script.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={shm}\nexec "
                       + " ".join(argv) + "\n")
     env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,

@@ -119,3 +119,26 @@ def test_a_standby_skipped_for_an_unreadable_verdict_is_said_and_recorded(clean,
     assert f"cannot read the hooks' verdict of node3 (for spares): {why}" in log
     assert (f"no healthy spare for node2: shrink (--min-nodes) or requeue; skipped node3: its "
             f"health verdict could not be read ({why})") in log
+
+
+def test_a_configuration_error_fails_the_job_at_once_with_its_message(clean, slurm, tmp_path):
+    """The memory tiers of 3 nodes given one folder (``RESILIENT_TIER1_DIR`` without
+    ``{node}``, where the sandbox's nodes share one host): every rank meets the same error at
+    its first snapshot, and no restart can fix it. The launcher stops the step on the first
+    report and ends the job with the message: verdict ``config-error``, exit 2, in its first
+    cycle, no in-job restart (each rank reported once), no requeue. Before, ft_launcher
+    restarted the ranks into the same error, then the job was requeued."""
+    shared = tmp_path / "one-folder"
+    jid, _, state = submit(slurm, clean, tmp_path, 3, ["--max-restarts=3", "--max-requeues=2"],
+                           ["--memory-tiers"], steps=20, tier1_dir=str(shared))
+    job = wait_job(slurm, jid, timeout=300)
+    log = log_of(tmp_path, jid)
+    assert (job.state, job.exit_code, job.restart_count) == ("FAILED", 2, 0), log[-4000:]
+    (verdict,) = kinds(state, "verdict")
+    assert (verdict["verdict"], verdict["exit_code"]) == ("config-error", 2), verdict
+    assert "is also node" in verdict["message"] and "{node}" in verdict["message"], verdict
+    assert "resilient-launch: config-error: " in log and "(exit 2)" in log, log[-3000:]
+    assert len(kinds(state, "cycle_start")) == 1 and not kinds(state, "requeue")
+    assert not kinds(state, "blame"), "nothing to blame: the job ends on the error"
+    reported = kinds(state, "config_error")
+    assert sorted(e["rank"] for e in reported) == [0, 1, 2], reported  # once each: no restart

@@ -15,13 +15,14 @@ from resilient_slurm.launcher.policy import (
 )
 
 GRID = itertools.product(Phase, Signal, range(4), range(1, 4), range(3), range(4), range(1, 4),
-                         range(5), range(4))
+                         range(5), range(4), ("", "node memory folder /x/1 is also node a's"))
 
 
 def test_every_state() -> None:
     seen: set[Action] = set()
-    for phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq in GRID:
-        s = State(phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq)
+    for phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq, config in GRID:
+        s = State(phase, sig, usable, mn, blamed, nop, limit, restarts, maxrq,
+                  config_error=config)
         a = decide(s).action
         seen.add(a)
         assert decide(s) == decide(s)  # pure
@@ -31,6 +32,9 @@ def test_every_state() -> None:
         assert a is not Action.DONE, s
         if sig is Signal.TERM:  # a cancelled job is never requeued, whenever TERM came
             assert a is Action.TERMINATE, s
+            continue
+        if config:  # a configuration error ends the job: no relaunch, requeue or next cycle
+            assert a is Action.CONFIG_ERROR and config in decide(s).why, s
             continue
         if a is Action.REQUEUE:  # the budget holds everywhere
             assert restarts < maxrq, s
@@ -104,3 +108,12 @@ def test_stop_reason_names_every_straggler_sorted() -> None:
     why = stop_reason(Watched(stragglers={"n9": "slow b", "n1": "slow a"}))
     assert why == "straggler: n1 slow a; n9 slow b"
     assert stop_reason(Watched()) == ""
+
+
+def test_a_configuration_error_stops_the_cycle_at_once() -> None:
+    why = "node memory folder /x/1 is also node a's"
+    assert stop_reason(Watched(config_error=why, restarts=0, max_restarts=3)) == (
+        f"configuration error: {why}")
+    assert stop_reason(Watched(Signal.TERM, config_error=why)) == "SIGTERM received"
+    assert stop_reason(Watched(stragglers={"n1": "2x"}, config_error=why)).startswith(
+        "configuration error")
