@@ -47,7 +47,9 @@ def problems(paths: Paths, nodes: Iterable[str], hook_files: Iterable[str] = ())
                 continue  # munged's socket is 0777 on Debian too; its directory guards it
             if mode & (stat.S_ISUID | stat.S_ISGID):
                 found.append(f"{path}: setuid/setgid ({mode:o})")
-            if mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX):
+            if stat.S_ISDIR(st.st_mode) and mode & stat.S_ISVTX:
+                continue  # sticky, like /dev/shm and /tmp: each removes only its own entries
+            if mode & stat.S_IWOTH:
                 found.append(f"{path}: writable by others ({mode:o})")
             elif mode & stat.S_IWGRP:
                 found.append(f"{path}: writable by its group ({mode:o})")
