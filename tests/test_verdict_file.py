@@ -117,3 +117,20 @@ def test_an_unreadable_default_config_is_a_warning_not_silence(tmp_path: Path,
     got = verdict_file.site_location({})
     assert (got.pattern, got.warning) == (verdict_file.DEFAULT_PATH, "")
     assert "no " + str(tmp_path / "absent.toml") in got.source
+
+
+def test_the_on_node_reader_says_why_it_read_nothing(tmp_path: Path, capsys,
+                                                     monkeypatch) -> None:
+    """``launcher/published.py`` (run on a node by ``srun --overlap``): a verdict file it
+    cannot read is exit 1 and one JSON line on stdout saying why, which the launcher records
+    (its node shim keeps stdout) and names in the job's log."""
+    from resilient_slurm.launcher import evidence, published
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    pattern = str(tmp_path / "none" / "{node}.json")
+    assert published.main([pattern]) == 1
+    said = json.loads(capsys.readouterr().out)
+    assert said == {"unreadable": f"{tmp_path}/none/n1.json: No such file or directory"}
+    rec = {"rc": 1, "stdout": json.dumps(said) + "\n"}
+    assert evidence._why_unread(rec, pattern, "n1") == said["unreadable"]
+    assert "did not report" in evidence._why_unread(None, pattern, "n1")
