@@ -29,15 +29,12 @@ if TYPE_CHECKING:
 
 def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
     """Each node's NodeAddr (``Node.addr`` from the seam, else DNS); "" when none is known.
-    One single-node query per node of the job, never the whole node table."""
-    addrs: dict[str, str] = {}
-    for name in nodes:
-        try:
-            n = slurm.node(name)
-        except SlurmError:
-            continue
-        if n.addr:
-            addrs[n.name] = n.addr
+    One batched query for the job's nodes (``SlurmBackend.nodes_in``), never one per node."""
+    try:
+        found = slurm.nodes_in(list(nodes))
+    except SlurmError:
+        found = {}
+    addrs = {name: n.addr for name, n in found.items() if n.addr}
     for name in nodes:
         if name not in addrs:
             try:
@@ -56,13 +53,13 @@ def node_states(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, tuple[st
         return {}
 
 
-def node_state(slurm: SlurmBackend, node: str) -> str:
-    """One node's "STATE+FLAGS" from a single-node query ("" when Slurm does not answer)."""
+def states_now(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
+    """Each node's "STATE+FLAGS" from one batched query (a node Slurm did not answer about is
+    absent)."""
     try:
-        n = slurm.node(node)
+        return {name: _state_flags(n) for name, n in slurm.nodes_in(list(nodes)).items()}
     except SlurmError:
-        return ""
-    return _state_flags(n)
+        return {}
 
 
 def _state_flags(n: Node) -> str:
@@ -250,20 +247,22 @@ def vanished(record_dir: str, nodes: Sequence[str]) -> list[str]:
             if n in starts and n not in recs and not starts[n].get("signalled")]
 
 
-def await_lost(state_of: Callable[[str], str], nodes: Sequence[str], wait_s: float,
-               every: float = 5.0, clock: Callable[[], float] = time.monotonic,
+def await_lost(states_of: Callable[[Sequence[str]], Mapping[str, str]], nodes: Sequence[str],
+               wait_s: float, every: float = 5.0, clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
-    """Slurm's view of vanished ``nodes`` (``state_of``: one single-node query, "STATE+FLAGS"),
-    polled every ``every`` s until each is NOT_RESPONDING, DOWN or FAIL, or ``wait_s`` passed:
-    node -> the last state seen. A cycle can end before Slurm's next ping notices a lost node
-    (NVRx >= 0.6 stops the survivors at once when a peer is lost; Slurm pings every
-    SlurmdTimeout/3, 100 s by default): blame then finds it ALLOCATED and blames nobody."""
+    """Slurm's view of vanished ``nodes`` (``states_of``: one batched query, node ->
+    "STATE+FLAGS"), polled every ``every`` s until each is NOT_RESPONDING, DOWN or FAIL, or
+    ``wait_s`` passed: node -> the last state seen. A cycle can end before Slurm's next ping
+    notices a lost node (NVRx >= 0.6 stops the survivors at once when a peer is lost; Slurm
+    pings every SlurmdTimeout/3, 100 s by default): blame then finds it ALLOCATED and blames
+    nobody."""
     seen: dict[str, str] = {}
 
     def all_flagged() -> bool:
-        for n in nodes:
-            if not _flagged(seen.get(n, "")):
-                seen[n] = state_of(n)
+        ask = [n for n in nodes if not _flagged(seen.get(n, ""))]
+        if ask:
+            now = states_of(ask)
+            seen.update({n: now.get(n, "") for n in ask})
         return all(_flagged(seen[n]) for n in nodes)
 
     _poll(all_flagged, wait_s, every, clock, sleep)

@@ -110,15 +110,12 @@ def user_excluded(slurm: SlurmBackend, alloc: plan.Allocation) -> list[str] | No
 
 
 def node_states(slurm: SlurmBackend, nodes: Iterable[str]) -> dict[str, Node]:
-    """Slurm's view of ``nodes``, one at a time (single-node queries: a handful of excluded
-    nodes, at requeue time only); a node the controller did not answer about is left out."""
-    out: dict[str, Node] = {}
-    for name in nodes:
-        try:
-            out[name] = slurm.node(name)
-        except SlurmError:
-            continue
-    return out
+    """Slurm's view of ``nodes`` from one batched query (``SlurmBackend.nodes_in``); a node
+    the controller did not answer about is left out."""
+    try:
+        return slurm.nodes_in(list(nodes))
+    except SlurmError:
+        return {}
 
 
 def latest_verdicts(pattern: str, states: Mapping[str, Node], allocation: Iterable[str],

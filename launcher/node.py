@@ -6,12 +6,15 @@ unknown) and ``{node}`` into CMD, runs it, and forwards SIGTERM/SIGINT to it (ea
 once: Slurm signals every process of the step as well, and a second SIGTERM would cut
 ft_launcher's own orderly stop short).
 
-SIGUSR1/SIGUSR2 (``sbatch --signal=USR1@T`` without ``B:``, ``scancel -s USR1 JOB``) mean
-"save, then requeue", as the batch shell's ``B:USR1`` does. ft_launcher handles only
-TERM/INT/HUP/QUIT and would die of USR1's default action, so CMD starts with USR1/USR2 ignored
-(its workers inherit that; a script that handles USR1 installs its own handler) and the shim
-turns the signal into ft_launcher's orderly stop: SIGTERM to CMD (the ranks save), a
-``step_signal`` event for the supervisor (which then stops the step and requeues the job).
+SIGUSR1 (``sbatch --signal=USR1@T`` without ``B:``, ``scancel -s USR1 JOB``) means "save,
+then requeue", as the batch shell's ``B:USR1`` does. SIGUSR2 is the supervisor's own stop
+(``launcher/step.py``): it sends it to the step's ``srun``, which forwards it to every task
+straight through the nodes' slurmd, never through slurmctld, so a stalled controller cannot
+delay a stop. ft_launcher handles only TERM/INT/HUP/QUIT and would die of USR1's default
+action, so CMD starts with USR1/USR2 ignored (its workers inherit that; a script that handles
+USR1 installs its own handler) and the shim turns either signal into ft_launcher's orderly
+stop: SIGTERM to CMD (the ranks save); SIGUSR1 also writes a ``step_signal`` event for the
+supervisor (which then stops the step and requeues the job).
 
 Records, each written atomically under ``--record-dir``:
 
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     # Our handlers before CMD exists: a signal in between is kept and acted on once it runs.
     pending: list[int] = []
     holder: list[subprocess.Popen[bytes]] = []
-    for sig in (signal.SIGTERM, signal.SIGINT, *USER_SIGNALS):
+    for sig in (signal.SIGTERM, signal.SIGINT, *IGNORED_IN_CMD):
         signal.signal(sig, lambda signum, _f: pending.append(signum) if not holder else None)
     private = _private_tmp(node)
     env = {**os.environ, "TMPDIR": private} if private else None
@@ -160,7 +163,7 @@ def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
             except OSError as exc:
                 print(f"resilient-launch node: cannot record the signal: {exc}",
                       file=sys.stderr)
-        to_child = signal.SIGTERM if signum in USER_SIGNALS else signum
+        to_child = signal.SIGTERM if signum in IGNORED_IN_CMD else signum
         if to_child not in sent:
             sent.add(to_child)
             try:
@@ -173,7 +176,7 @@ def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
             _write_started(ns.record_dir, node, started)
 
     sent: set[int] = set()
-    for sig in (signal.SIGTERM, signal.SIGINT, *USER_SIGNALS):
+    for sig in (signal.SIGTERM, signal.SIGINT, *IGNORED_IN_CMD):
         signal.signal(sig, forward)
     holder.append(child)
     for signum in pending:
@@ -196,12 +199,14 @@ def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
     return rc if rc >= 0 else 128 - rc
 
 
-USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+USER_SIGNALS = (signal.SIGUSR1,)  # the user's "save, then requeue" (a step_signal event)
+STOP_SIGNAL = signal.SIGUSR2  # the supervisor's stop, forwarded by srun (launcher/step.py)
+IGNORED_IN_CMD = (*USER_SIGNALS, STOP_SIGNAL)
 
 
 def _ignore_user_signals() -> None:
     """In CMD before it runs: USR1/USR2 ignored (ft_launcher would die of them)."""
-    for sig in USER_SIGNALS:
+    for sig in IGNORED_IN_CMD:
         signal.signal(sig, signal.SIG_IGN)
 
 

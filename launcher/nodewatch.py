@@ -7,10 +7,14 @@ The watch loop asks :meth:`NodeWatch.check` every ``state_check_interval`` secon
   diagnosis and stops the step at once;
 * the **step's own failures**: trouble events the node shims wrote (a dead worker, a rank's
   traceback or lost peer, a missed heartbeat, a worker-group restart);
-* **single-node queries** (``SlurmBackend.node``: REQUEST_NODE_INFO_SINGLE, never the whole
-  node table), for the step's nodes only, when new trouble appeared, while a node is flagged,
-  and otherwise every ``query_interval`` seconds (a slow cadence: drains the verdict files do
-  not show). A drain by our health hooks (``rhc:``) stops the step at once.
+* **one batched query** of the step's nodes (``SlurmBackend.nodes_in``: one ``sinfo`` for
+  the whole node list, two RPCs whatever the number of nodes), when new trouble appeared,
+  while a node is flagged, and otherwise every ``query_interval`` seconds (a slow cadence:
+  drains the verdict files do not show). It runs in a worker thread with a time budget
+  (``query_timeout``): :meth:`NodeWatch.check` never waits for the controller, it reads the
+  answer of the query that finished last (a frozen slurmctld leaves the watch, and the
+  signals it acts on, untouched). A drain by our health hooks (``rhc:``) stops the step at
+  once.
 
 A node Slurm calls NOT_RESPONDING, DOWN or FAIL is only **flagged**: a late slurmd ping or a
 controller stall says nothing about the training. It stops the step only once the training
@@ -27,15 +31,17 @@ The full node table is read only after a cycle ended, for blame (``evidence.gath
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import EventKind
 from resilient_slurm.launcher import blame
-from resilient_slurm.slurm import SlurmBackend, SlurmError
+from resilient_slurm.slurm import Node, SlurmBackend
 
 TROUBLE = frozenset({EventKind.WORKER_FAILED, EventKind.RANK_DISCONNECTED,
                      EventKind.HANG_DETECTED, EventKind.PEER_LOST, EventKind.WORKER_EXCEPTION,
@@ -44,12 +50,13 @@ TROUBLE = frozenset({EventKind.WORKER_FAILED, EventKind.RANK_DISCONNECTED,
 
 @dataclass(frozen=True)
 class Settings:
-    query_interval: float = 60.0  # single-node queries when nothing else asks for them
+    query_interval: float = 60.0  # the batched query when nothing else asks for it
     confirm_s: float = 60.0  # no step report for this long: the training has stopped advancing
     max_share: float = 0.5  # blame.blame_cap's share: more bad nodes is a shared fault
     # Slurm flags a lost node at its next ping (every SlurmdTimeout/3: 100 s by default):
     # trouble this long before the flag that no rendezvous round followed confirms it too.
     flag_lag_s: float = 130.0
+    query_timeout: float = 15.0  # the most one batched query may take (in its worker thread)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class NodeWatch:
         self.last_query = clock()
         self.trouble_seen = 0
         self.flagged: dict[str, tuple[float, str]] = {}  # node -> (wall time flagged, state)
+        self._pending: Future[dict[str, Node]] | None = None  # the query in its worker thread
 
     def _verdict_fails(self) -> list[str]:
         failed = []
@@ -95,15 +103,42 @@ class NodeWatch:
         """A fresh ``fail`` among the published verdicts (file reads only: cheap every tick)."""
         return bool(self._verdict_fails())
 
-    def _query(self) -> list[str]:
-        """One single-node query per node: hook-drained nodes (returned) and flags (kept)."""
+    def _ask(self) -> None:
+        """Start one batched query of the step's nodes in a worker thread, unless one runs."""
+        if self._pending is not None:
+            return
         self.last_query = self.clock()
-        drained = []
-        for n in self.nodes:
+        fut: Future[dict[str, Node]] = Future()
+        self._pending = fut
+
+        def run() -> None:
             try:
-                node = self.slurm.node(n)
-            except SlurmError:
-                continue  # unknown now: neither flagged nor cleared
+                fut.set_result(self.slurm.nodes_in(self.nodes, timeout=self.cfg.query_timeout))
+            except Exception as exc:  # noqa: BLE001 - any failure: no answer this time
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name="nodewatch-query", daemon=True).start()
+
+    def answered(self) -> bool:
+        """A query finished whose answer :meth:`check` has not read yet."""
+        return self._pending is not None and self._pending.done()
+
+    def _collect(self, wait: float) -> list[str]:
+        """The finished query's hook-drained nodes (flags kept); [] when none finished (within
+        ``wait`` s) or it failed (the nodes are unknown now: neither flagged nor cleared)."""
+        fut = self._pending
+        if fut is None:
+            return []
+        try:
+            found = fut.result(timeout=wait)
+        except TimeoutError:
+            return []
+        except Exception:  # noqa: BLE001 - SlurmError or a parsing bug: no answer
+            self._pending = None
+            return []
+        self._pending = None
+        drained = []
+        for n, node in found.items():
             words = {node.state, *node.flags}
             if "DRAIN" in node.flags and node.reason.startswith(blame.HOOK_PREFIX):
                 drained.append(n)
@@ -129,16 +164,19 @@ class NodeWatch:
         return unrecovered_trouble(events, flagged_at - self.cfg.flag_lag_s)
 
     def check(self, events: Sequence[dict[str, Any]],
-              last_progress: float | None = None) -> Finding:
+              last_progress: float | None = None, wait: float = 0.0) -> Finding:
         """What stops the step now; ``events``: this cycle's watched events (oldest first),
-        ``last_progress``: the newest step report's time (None: no report this cycle)."""
+        ``last_progress``: the newest step report's time (None: no report this cycle);
+        ``wait``: how long to wait for a query this check starts (0 in the watch loop, which
+        never waits on Slurm; a test's synchronous look)."""
         bad: dict[str, str] = {n: "health verdict fail" for n in self._verdict_fails()}
         trouble = sum(1 for e in events if e.get("kind") in TROUBLE)
         if trouble > self.trouble_seen or self.flagged \
                 or self.clock() - self.last_query >= self.cfg.query_interval:
             self.trouble_seen = trouble
-            for n in self._query():
-                bad.setdefault(n, "drained by health hook")
+            self._ask()
+        for n in self._collect(wait):
+            bad.setdefault(n, "drained by health hook")
         waiting = {}
         for n, (_, state) in sorted(self.flagged.items()):
             if n in bad:

@@ -133,6 +133,9 @@ class Watched:
     config_error: str = ""  # a configuration error the training reported (fatal.py)
 
 
+NODE_FAULT = "node fault: "  # how a node fault's stop reason starts (launcher/watch.py)
+
+
 def stop_reason(w: Watched) -> str:
     """Why the running cycle stops now ("": it goes on); the first of: a pending signal, a
     configuration error, a straggler verdict, the in-job restarts beyond ``--max-restarts``,

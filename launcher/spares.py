@@ -21,8 +21,7 @@ Contract:
   spares: the policy shrinks (``--min-nodes``) or requeues.
 
 Nothing here starts processes; :func:`health` reads the published verdicts (the file, or on
-the node through ``evidence.verdicts``) and asks Slurm about each spare with a single-node
-query.
+the node through ``evidence.verdicts``) and asks Slurm about all spares in one batched query.
 """
 
 from __future__ import annotations
@@ -110,16 +109,16 @@ def health(slurm: SlurmBackend, nodes: Sequence[str], verdict_path: str, since: 
                               timeout, lost) if verdict_path else {}
     if unread is not None:
         unread.update(lost)
+    try:
+        seen = slurm.nodes_in(list(nodes), timeout=timeout)  # one query for every standby
+    except SlurmError:
+        seen = {}
     out: dict[str, Health] = {}
     for n in nodes:
-        v = found.get(n)
-        try:
-            node = slurm.node(n)
-            state: str | None = node.describe()
-            avail = node.available
-        except SlurmError:
-            state, avail = None, False
-        out[n] = judge(v.status if v is not None else None, state, avail)
+        v, node = found.get(n), seen.get(n)
+        out[n] = judge(v.status if v is not None else None,
+                       node.describe() if node is not None else None,
+                       node is not None and node.available)
         if n in lost:
             out[n] = Health(False, f"its health verdict could not be read ({lost[n]})")
     return out

@@ -5,11 +5,11 @@ Starting: :func:`argv` (``--overlap`` after a step that lingers in Slurm), :func
 step's environment: the batch step's less its task-level requests, ``plan.step_env``, plus the
 cycle's own). :func:`quiet_env` filters one deprecation warning in the whole job.
 
-Stopping: ``scancel --signal=TERM JOB.STEP`` (the step id from the tasks' started records),
-never a signal to ``srun`` (which answers SIGTERM by SIGKILLing every task): ft_launcher and
-the training get SIGTERM and may save. Then wait until srun ended or every task that started
-wrote its exit record, at most ``grace`` seconds, and only then ``scancel --signal=KILL``;
-a srun that still does not end (a lost node's task never reports) is killed itself.
+Stopping (:func:`stop_step`): SIGUSR2 to ``srun``, which forwards it to every task without
+slurmctld; each node shim turns it into ft_launcher's orderly stop (SIGTERM: the ranks may
+save). Then wait until srun ended or every task that started wrote its exit record, at most
+``grace`` seconds, and only then SIGTERM to srun (which kills every task); a srun that still
+does not end (a lost node's task never reports) is killed itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from resilient_slurm.events import EventKind, EventLog, StopCycle
 from resilient_slurm.launcher import evidence, plan
-from resilient_slurm.slurm import SlurmBackend, SlurmError
+from resilient_slurm.launcher.node import STOP_SIGNAL
 
 # nvidia-resiliency-ext still depends on the deprecated `pynvml` package, whose import hook
 # warns once per process (every rank, every restart) though the module it loads is
@@ -53,34 +53,36 @@ def start(argv: list[str], env: Mapping[str, str], cycle: plan.Cycle
                             env={**plan.step_env(env), **dict(cycle.env)})
 
 
-def stop_step(slurm: SlurmBackend, proc: subprocess.Popen[bytes], job_id: int,
-              record_dir: str, grace: float, log: EventLog,
-              cap: float | None = None) -> bool:
-    """Stop the step ``proc`` (its srun) runs; ``cap`` bounds the grace (a SIGTERM'd job:
-    Slurm kills the batch script KillWait after scancel). True when srun itself had to be
-    killed: a task never ended (a lost node's), so the step lingers in Slurm until that node
-    is DOWN, holding its resources."""
-    sid = evidence.step_id(record_dir)
-    try:
-        if sid is None:
-            raise SlurmError("no task of the step has started yet")
-        slurm.signal_step(job_id, sid, "TERM", timeout=10)
-    except SlurmError as exc:
-        # A job being cancelled refuses step signals: Slurm is signalling the tasks
-        # itself, so they still get their grace. Without any task there is nothing to save.
-        log.emit(EventKind.STOP_CYCLE, **StopCycle(signalled=False, reason=str(exc)))
-        grace = grace if sid is not None else 0
-    if cap is not None:
-        grace = min(grace, max(1.0, cap))
+def stop_step(proc: subprocess.Popen[bytes], record_dir: str, grace: float, log: EventLog,
+              kill_bound: float) -> bool:
+    """Stop the step ``proc`` (its srun) runs, without waiting on slurmctld: SIGUSR2 to srun,
+    which forwards it to every task through the nodes' slurmd (the node shim turns it into
+    ft_launcher's orderly stop, ``launcher/node.py``); then wait until srun ended or every
+    task that started wrote its exit record, at most ``grace`` seconds. Past it, SIGTERM to
+    srun (it kills every task) and, past ``kill_bound`` more seconds (a lost node's task never
+    ends; MessageTimeout-sized), srun itself is killed. True when the step was forced: it may
+    linger in Slurm, holding its resources, until its nodes are DOWN (later steps overlap).
+
+    ``scancel --signal=TERM JOB.STEP`` is not used: it needs the controller, and Slurm 22.05's
+    scancel reports "Invalid job id specified" whenever the allocation has a node outside the
+    step (a hot spare) though every task got the signal."""
+    if not evidence.step_records(record_dir):  # no task yet: nothing to save, nothing to wait for
+        grace = 0.0
+    else:
+        try:
+            proc.send_signal(STOP_SIGNAL)
+        except ProcessLookupError:
+            return False
     if tasks_ended(proc, record_dir, grace):
         return False
-    if sid is not None:
-        try:
-            slurm.signal_step(job_id, sid, "KILL", timeout=10)
-            proc.wait(timeout=10)
-            return False
-        except (SlurmError, subprocess.TimeoutExpired):
-            pass
+    log.emit(EventKind.STOP_CYCLE, **StopCycle(
+        signalled=False, reason=f"the step did not end within {grace:.0f} s: killing it"))
+    proc.terminate()
+    try:
+        proc.wait(timeout=kill_bound)
+        return True
+    except subprocess.TimeoutExpired:
+        pass
     proc.kill()
     proc.wait()
     return True

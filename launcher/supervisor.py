@@ -47,6 +47,9 @@ from resilient_slurm.launcher.requeue import take
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.slurm import SlurmBackend
 
+# Seconds a step stopped for a node fault gets before it is killed (launcher/step.py).
+FAULT_STOP_GRACE = 5.0
+
 
 class Supervisor:
     """One batch script's run of the cycle loop (a requeued script starts a new one)."""
@@ -68,6 +71,7 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signal = Signal.NONE
         self.kill_wait = 30.0
+        self.message_timeout = 10.0  # Slurm's: how long a stopped step's lost node may hold us
         self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
         self.progress = progress.Tracker(cfg.checkpoint_dir, self.events_path,
                                          cfg.checkpoint_marker, self.log)
@@ -99,6 +103,7 @@ class Supervisor:
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         self.kill_wait = self.slurm.kill_wait()
+        self.message_timeout = self.slurm.message_timeout()
         if self.node_ledger.user_excluded is None:
             self.node_ledger.user_excluded = exclusions.user_excluded(self.slurm, self.alloc)
         nodes = self.node_ledger.usable(list(self.alloc.nodes))
@@ -150,7 +155,7 @@ class Supervisor:
             if lost := evidence.vanished(os.path.join(cycle_dir, "nodes"), nodes):
                 print(f"resilient-launch: {', '.join(lost)}: its launcher vanished; waiting up "
                       f"to {self.cfg.lost_node_wait:.0f} s for Slurm's view", flush=True)
-                evidence.await_lost(partial(evidence.node_state, self.slurm), lost,
+                evidence.await_lost(partial(evidence.states_now, self.slurm), lost,
                                     self.cfg.lost_node_wait)
             decision = self._blame(nodes, cycle_dir, started)
             for node, why in decision.blamed.items():
@@ -243,18 +248,27 @@ class Supervisor:
             self.slow.update(t.slow or {})
             if t.why and self.proc.poll() is None:
                 self.log.emit(EventKind.STOP_CYCLE, **events.StopCycle(reason=t.why))
-                self._stop_step(record_dir)
+                self._stop_step(record_dir, t.why)
                 self.config_error = w.config_error()
                 return t.why
         self.config_error = w.config_error()
         return ""
 
-    def _stop_step(self, record_dir: str) -> None:
-        """SIGTERM to the step's tasks; SIGKILL once ``--term-timeout`` (+ a margin) passed."""
+    def _stop_step(self, record_dir: str, why: str) -> None:
+        """Stop the step (``step.stop_step``, no controller involved): its tasks get
+        ``--term-timeout`` (+ a margin) to save; after SIGTERM at most 70 % of KillWait (Slurm
+        kills the batch script then); after a node fault at most ``FAULT_STOP_GRACE`` (the
+        survivors cannot finish a collective with a lost peer, and the committed checkpoint
+        or memory tier is what the next cycle loads)."""
         assert self.proc is not None
-        if step.stop_step(self.slurm, self.proc, self.alloc.job_id, record_dir,
-                          self.opts.stop_grace + 10, self.log,
-                          self.kill_wait * 0.7 if self.signal is Signal.TERM else None):
+        grace, kill_bound = self.opts.stop_grace + 10, self.message_timeout
+        if self.signal is Signal.TERM:  # the stop and the kill within 70 % of KillWait
+            budget = max(1.0, self.kill_wait * 0.7)
+            kill_bound = min(kill_bound, max(0.5, budget * 0.15))
+            grace = min(grace, budget - kill_bound)
+        elif why.startswith(policy.NODE_FAULT):
+            grace = min(grace, FAULT_STOP_GRACE)
+        if step.stop_step(self.proc, record_dir, grace, self.log, kill_bound):
             self.lingering = True
 
     def _release(self, blamed: list[str]) -> None:

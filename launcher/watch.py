@@ -9,7 +9,8 @@ straggler monitor's new verdicts (not asked for when a signal already stops the 
 in-job restarts of this cycle, and every ``state_check_interval`` seconds, only when nothing
 else stops the cycle, the node watch (``nodewatch``, less the nodes level 0 left out under
 ``--inprocess``); a fresh ``fail`` in the published verdicts (file reads, no RPC) brings the
-node watch forward to this tick (the hooks' node watcher publishes within seconds). The
+node watch forward to this tick (the hooks' node watcher publishes within seconds), and so
+does the answer of its batched Slurm query (asked in a worker thread, never waited for). The
 order of these reasons is :func:`policy.stop_reason`'s; stopping the step is the
 supervisor's (``launcher/step.py``).
 """
@@ -72,7 +73,7 @@ class CycleWatch:
                               self.max_restarts, config_error=config_error(events))
         why = policy.stop_reason(seen)
         due = time.monotonic() - self.last_check >= self.state_check_interval
-        if not why and (due or self.nodes.verdict_failing()):
+        if not why and (due or self.nodes.answered() or self.nodes.verdict_failing()):
             self.last_check = time.monotonic()
             self.on_state_check()
             why = policy.stop_reason(replace(seen, node_fault=self._node_fault()))
@@ -98,7 +99,7 @@ class CycleWatch:
             self.noted.add("shared")
             self.log.emit(EventKind.FAULT, **Fault(type="shared", detail=found.shared))
         bad = self._past_level0(sorted(found.stop), self.tail.events)
-        return "node fault: " + "; ".join(f"{n}: {found.stop[n]}" for n in bad) if bad else ""
+        return policy.NODE_FAULT + "; ".join(f"{n}: {found.stop[n]}" for n in bad) if bad else ""
 
     def _past_level0(self, bad: list[str], events: list[dict[str, Any]]) -> list[str]:
         """The bad nodes that stop the step: all of them, except under ``--inprocess`` those

@@ -156,6 +156,20 @@ class CliSlurm:
                 return node
         raise SlurmError(f"unknown node(s): {name}")
 
+    def nodes_in(self, names: Sequence[str], timeout: float | None = None) -> dict[str, Node]:
+        """The named nodes from one query, whatever their number (``sinfo -n HOSTLIST -N``:
+        REQUEST_NODE_INFO and REQUEST_PARTITION_INFO, two RPCs for 4 or 4,000 nodes, where a
+        ``node()`` per node costs two each): name -> node; a name the controller does not
+        know is absent. What a job asks about its own nodes."""
+        wanted = _checked(names)
+        if not wanted:
+            return {}
+        out = self._run(["sinfo", "-n", compress(wanted), "-N", "-h", "-O", _SINFO_FORMAT],
+                        timeout)
+        keep = set(wanted)
+        found = (node_from_sinfo(line) for line in out.splitlines())
+        return {n.name: n for n in found if n is not None and n.name in keep}
+
     def nodes_brief(self) -> list[Node]:
         """Every node's name, state, reason and the time the reason was set, from one
         ``sinfo -N -h -O`` call (one node-table RPC, a line per node and partition: a node in
@@ -203,11 +217,18 @@ class CliSlurm:
 
     def kill_wait(self, default: float = 30.0) -> float:
         """The cluster's ``KillWait`` (seconds between a step's SIGTERM and SIGKILL)."""
+        return self._config_seconds("KillWait", default)
+
+    def message_timeout(self, default: float = 10.0) -> float:
+        """The cluster's ``MessageTimeout`` (how long a daemon may take to answer a message)."""
+        return self._config_seconds("MessageTimeout", default)
+
+    def _config_seconds(self, key: str, default: float) -> float:
         try:
             text = self._run(["scontrol", "show", "config"])
         except SlurmError:
             return default
-        m = re.search(r"^KillWait\s*=\s*(\d+)", text, re.M)
+        m = re.search(rf"^{key}\s*=\s*(\d+)", text, re.M)
         return float(m.group(1)) if m else default
 
     def partition_nodes(self, partition: str, timeout: float | None = None) -> list[Node]:

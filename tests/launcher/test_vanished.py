@@ -1,9 +1,10 @@
 """A node whose launcher vanished with it: found from the shims' records, and Slurm's view of
-it awaited (single-node queries) before blame, since a cycle can end before Slurm notices."""
+it awaited (one batched query per poll) before blame, since a cycle can end before Slurm notices."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,9 +49,9 @@ def test_await_lost_returns_once_slurm_flags_each_node() -> None:
              "b": iter(["DOWN+NOT_RESPONDING"])}
     asked: list[str] = []
 
-    def state_of(n: str) -> str:
-        asked.append(n)
-        return next(views[n])
+    def state_of(ns: Sequence[str]) -> dict[str, str]:
+        asked.extend(ns)
+        return {n: next(views[n]) for n in ns}
 
     seen = evidence.await_lost(state_of, ["a", "b"], 130, every=5, clock=clock,
                                sleep=clock.sleep)
@@ -60,6 +61,6 @@ def test_await_lost_returns_once_slurm_flags_each_node() -> None:
 
 def test_await_lost_gives_up_at_the_bound() -> None:
     clock = Clock()
-    seen = evidence.await_lost(lambda n: "ALLOCATED", ["a"], 30, every=5, clock=clock,
-                               sleep=clock.sleep)
+    seen = evidence.await_lost(lambda ns: dict.fromkeys(ns, "ALLOCATED"), ["a"], 30, every=5,
+                               clock=clock, sleep=clock.sleep)
     assert seen == {"a": "ALLOCATED"} and clock.t == 30

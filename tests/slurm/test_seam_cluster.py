@@ -65,6 +65,23 @@ def test_nodes_brief_gives_every_node_and_when_its_reason_was_set(sandbox, slurm
         wait_until(lambda: slurm.node("node3").state == "IDLE" and not slurm.node("node3").flags)
 
 
+def test_nodes_in_is_one_query_for_the_node_list(clean, sandbox, slurm) -> None:
+    """A job's view of its own nodes: one sinfo for any number of them (two RPCs), unknown
+    names absent, the drain and the address as ``node()`` gives them."""
+    slurm.drain("node2", "test:GPU_LOST gpu1")
+    try:
+        with lifecycle.rpc_window(sandbox.root) as w:
+            got = slurm.nodes_in(["node1", "node2", "node3", "node4"])
+        assert w.delta is not None and w.delta.total <= 2, w.delta.by_type
+        assert set(got) == {"node1", "node2", "node3", "node4"}
+        assert got["node2"].drain and got["node2"].reason == "test:GPU_LOST gpu1"
+        assert got["node1"].available and got["node1"].addr == "127.0.0.1"
+        assert slurm.nodes_in([]) == {}
+    finally:
+        slurm.resume("node2")
+        wait_until(lambda: slurm.node("node2").state == "IDLE" and not slurm.node("node2").flags)
+
+
 def test_reason_is_sanitised(slurm) -> None:
     slurm.drain("node4", "bad\nreason; $(touch /tmp/x) " + "y" * 500)
     try:
