@@ -314,7 +314,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                 batch = [alloc.batch_node] if alloc.batch_node else []
                 addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
                 opts.extra_env.update(inprocess_plan.worker_env(
-                    addr, cfg.min_nodes, nproc_per_node, train if spares_k else 0))
+                    addr, cfg.min_nodes, nproc_per_node, train if spares_k else 0, os.environ))
         except inprocess_plan.InprocessPlanError as exc:
             _die(str(exc))
     if dry_run:

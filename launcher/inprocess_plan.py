@@ -29,6 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from resilient_slurm.training.nccl_requirements import NCCL_ENV
+
 if TYPE_CHECKING:
     from resilient_slurm.launcher.plan import Features, LaunchOptions
 
@@ -85,11 +87,15 @@ def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: 
 
 
 def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str,
-               train_nodes: int = 0) -> dict[str, str]:
+               train_nodes: int = 0, job_env: Mapping[str, str] | None = None
+               ) -> dict[str, str]:
     """What the ranks need: where the store is, the fewest ranks level 0 may run on and, with
     hot spares (``train_nodes`` of the allocation's nodes train), how many ranks train: the
-    rest stand by in level 0 and one takes a lost rank's place (no new process)."""
+    rest stand by in level 0 and one takes a lost rank's place (no new process). Also NVRx's
+    NCCL settings for in-process restart (``nccl_requirements.NCCL_ENV``) that ``job_env``
+    (the job's environment) does not set: a value the user set is kept (the ranks check it)."""
     env = {"RESILIENT_INPROCESS_STORE": store_addr}
+    env.update({k: v for k, v in NCCL_ENV.items() if k not in (job_env or {})})
     if nproc_per_node.isdigit():
         env["RESILIENT_INPROCESS_MIN_WORLD"] = str(min_nodes * int(nproc_per_node))
         if train_nodes:

@@ -206,7 +206,11 @@ def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
         return 2
     _warm_up(args)
     liveness = Liveness()  # one NVRx heartbeat client for the process's life
-    digest = inprocess.run(lambda ctx: train(ctx, args, targeted, liveness), settings)
+    try:
+        digest = inprocess.run(lambda ctx: train(ctx, args, targeted, liveness), settings)
+    except inprocess.RequirementError as exc:
+        print(f"train_fsdp.py: {exc}", file=sys.stderr)
+        return 2
     liveness.close()
     if digest is not None:
         print(f"weights digest: {digest}", flush=True)

@@ -1,8 +1,9 @@
 """What level 0 needs on CPU/gloo besides stock NVRx (``resilient_slurm.training.inprocess``):
 
 * :class:`SocketAbort`: gloo cannot abort a pending collective; shutting down (``SHUT_RDWR``)
-  the TCP sockets the process group opened (recorded around ``init_process_group``), never a
-  listening one (that aborts the process), makes it fail at once.
+  the TCP sockets the process group opened (recorded around ``init_process_group`` only:
+  a socket the process opened at any other moment is not gloo's), never a listening one (that
+  aborts the process), makes it fail at once.
 * :class:`Waker`: NVRx's asynchronous ``RankShouldRestart`` is delivered only when the main
   thread runs bytecode; from the abort until finalize a thread sends the main thread
   ``SIGURG`` (a no-op Python handler) every 50 ms, so ``time.sleep`` or a blocking read returns
@@ -16,6 +17,8 @@ import signal
 import socket
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 WAKE_SIGNAL = signal.SIGURG  # ignored by default: harmless if it ever arrives unhandled
@@ -35,22 +38,33 @@ def _socket_inodes() -> dict[int, int]:
 
 
 class SocketAbort:
-    """Frees a gloo collective pending on another thread by shutting its sockets down."""
+    """Frees a gloo collective pending on another thread by shutting its sockets down: only
+    the sockets the process groups opened (recorded while :meth:`recording` is around their
+    creation), never another socket of the process (NCCL's bootstrap, the user's W&B or S3
+    connections, the stores' clients), whenever it was opened."""
 
     def __init__(self) -> None:
-        self.baseline: set[int] | None = None
+        self.owned: set[int] = set()  # socket inodes the recorded process groups opened
 
-    def mark(self) -> None:
-        """Call just before creating the process group(s) of an iteration."""
-        self.baseline = set(_socket_inodes().values())
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Around the creation of a gloo process group: the sockets opened meanwhile are its
+        own (gloo connects its full mesh there, unless ``TORCH_GLOO_LAZY_INIT`` is set)."""
+        before = set(_socket_inodes().values())
+        try:
+            yield
+        finally:
+            self.owned |= set(_socket_inodes().values()) - before
+
+    def forget(self) -> None:
+        """A new iteration: the old groups' sockets are gone with them."""
+        self.owned.clear()
 
     def shutdown(self) -> int:
-        """Shut down every connected TCP socket opened since :meth:`mark`; returns how many."""
-        if self.baseline is None:
-            return 0
+        """Shut down every connected TCP socket of the recorded groups; returns how many."""
         done = 0
         for fd, inode in _socket_inodes().items():
-            if inode in self.baseline:
+            if inode not in self.owned:
                 continue
             try:
                 s = socket.socket(fileno=os.dup(fd))

@@ -22,8 +22,8 @@ What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md
 * **gloo abort** (with the waker, in ``resilient_slurm.training.gloo_abort``): gloo cannot
   abort a pending collective. :class:`SocketAbort` shuts down
   (``SHUT_RDWR``) the TCP sockets the process group opened (recorded around
-  ``init_process_group``), never a listening one (that aborts the process), so a pending
-  collective fails at once.
+  ``init_process_group``: no other socket of the process, NCCL's or the user's), never a
+  listening one (that aborts the process), so a pending collective fails at once.
 * **waking a rank asleep in a syscall**: the asynchronous ``RankShouldRestart`` is delivered
   only when the main thread runs bytecode. From the abort until finalize, a thread sends the
   main thread ``SIGURG`` (a no-op Python handler) every 50 ms, so ``time.sleep`` or a blocking
@@ -47,7 +47,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -56,6 +56,7 @@ from nvidia_resiliency_ext import inprocess as nvrx
 
 from resilient_slurm.checkpoint import peers
 from resilient_slurm.fatal import EXIT_CONFIG, ConfigurationError
+from resilient_slurm.training import nccl_requirements
 from resilient_slurm.training.gloo_abort import SocketAbort, Waker
 from resilient_slurm.training.memstate import MemoryState
 
@@ -219,11 +220,13 @@ class Context:
     def init_process_group(self, backend: str | None = None) -> None:
         """Create this iteration's process group on the app store (sockets recorded)."""
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        self._kept.sockets.mark()
+        self._kept.sockets.forget()
         self.memory.new_group()
-        dist.init_process_group(backend, store=torch.distributed.PrefixStore("pg/", self.store),
-                                rank=self.rank, world_size=self.world_size,
-                                timeout=_td(self._kept.settings.pg_timeout))
+        with self._kept.sockets.recording() if backend == "gloo" else nullcontext():
+            dist.init_process_group(backend,
+                                    store=torch.distributed.PrefixStore("pg/", self.store),
+                                    rank=self.rank, world_size=self.world_size,
+                                    timeout=_td(self._kept.settings.pg_timeout))
 
     def completed(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   extra: dict[str, Any] | None = None) -> None:
@@ -346,11 +349,32 @@ def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
     )
 
 
+class RequirementError(ValueError):
+    """NVRx's requirements for in-process restart are not met where CUDA runs."""
+
+
+def check_requirements(env: dict[str, str] | None = None) -> None:
+    """NVRx's NCCL and torch requirements (``training/nccl_requirements.py``): each one not
+    met is printed with its reason; where CUDA runs, any of them raises
+    :class:`RequirementError` (NVRx does not support in-process restart there); on a CPU
+    torch (gloo) they are reported only."""
+    found, cuda = nccl_requirements.check(dict(os.environ) if env is None else env)
+    for r in found:
+        if r.status != nccl_requirements.OK:
+            print(f"[inprocess] requirement {nccl_requirements.describe(r)}", flush=True)
+    refused = nccl_requirements.refusals(found, cuda)
+    if refused:
+        raise RequirementError("in-process restart unsupported here: " + "; ".join(
+            nccl_requirements.describe(r) for r in refused))
+
+
 def run(fn: TrainFn, settings: Settings) -> Any:
     """Run ``fn(ctx)`` under in-process restart on every rank (RANK, WORLD_SIZE set); returns
     its value on ranks active at the end, None on ranks left inactive. Call from the main
-    thread, before any process group exists."""
+    thread, before any process group exists. :class:`RequirementError` when NVRx's NCCL
+    requirements are not met where CUDA runs (:func:`check_requirements`)."""
     settings.check()
+    check_requirements()
     if os.environ.get("RESILIENT_INPROCESS_TRACE") == "debug":
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     kept = _Kept(settings)

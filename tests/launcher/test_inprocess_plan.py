@@ -78,7 +78,8 @@ def test_min_nodes_range() -> None:
 def test_worker_env() -> None:
     env = ip.worker_env("10.0.0.1:4000", 2, "4")
     assert env == {"RESILIENT_INPROCESS_STORE": "10.0.0.1:4000",
-                   "RESILIENT_INPROCESS_MIN_WORLD": "8"}
+                   "RESILIENT_INPROCESS_MIN_WORLD": "8", "NCCL_NVLS_ENABLE": "0",
+                   "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0"}
     assert "RESILIENT_INPROCESS_MIN_WORLD" not in ip.worker_env("h:1", 2, "auto")
     # --spares: 3 of 4 nodes train, 4 ranks each: ranks 12.. stand by in level 0
     assert ip.worker_env("h:1", 2, "4", train_nodes=3)["RESILIENT_INPROCESS_ACTIVE_WORLD"] \
