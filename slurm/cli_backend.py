@@ -158,17 +158,13 @@ class CliSlurm:
 
     def nodes_in(self, names: Sequence[str], timeout: float | None = None) -> dict[str, Node]:
         """The named nodes from one query, whatever their number (``sinfo -n HOSTLIST -N``:
-        REQUEST_NODE_INFO and REQUEST_PARTITION_INFO, two RPCs for 4 or 4,000 nodes, where a
-        ``node()`` per node costs two each): name -> node; a name the controller does not
-        know is absent. What a job asks about its own nodes."""
+        two RPCs for 4 or 4,000 nodes; ``node()`` costs two per node): name -> node, a name
+        the controller does not know absent. What a job asks about its own nodes."""
         wanted = _checked(names)
-        if not wanted:
-            return {}
         out = self._run(["sinfo", "-n", compress(wanted), "-N", "-h", "-O", _SINFO_FORMAT],
-                        timeout)
-        keep = set(wanted)
+                        timeout) if wanted else ""
         found = (node_from_sinfo(line) for line in out.splitlines())
-        return {n.name: n for n in found if n is not None and n.name in keep}
+        return {n.name: n for n in found if n is not None and n.name in set(wanted)}
 
     def nodes_brief(self) -> list[Node]:
         """Every node's name, state, reason and the time the reason was set, from one
@@ -220,15 +216,14 @@ class CliSlurm:
         return self._config_seconds("KillWait", default)
 
     def message_timeout(self, default: float = 10.0) -> float:
-        """The cluster's ``MessageTimeout`` (how long a daemon may take to answer a message)."""
+        """The cluster's ``MessageTimeout`` (how long a daemon may take to answer)."""
         return self._config_seconds("MessageTimeout", default)
 
     def _config_seconds(self, key: str, default: float) -> float:
         try:
-            text = self._run(["scontrol", "show", "config"])
+            m = re.search(rf"^{key}\s*=\s*(\d+)", self._run(["scontrol", "show", "config"]), re.M)
         except SlurmError:
             return default
-        m = re.search(rf"^{key}\s*=\s*(\d+)", text, re.M)
         return float(m.group(1)) if m else default
 
     def partition_nodes(self, partition: str, timeout: float | None = None) -> list[Node]:

@@ -63,7 +63,12 @@ def test_a_step_with_a_spare_beside_it_stops_in_seconds_with_the_controller_froz
     assert res.returncode == 0, res.stderr
     jid = int(res.stdout.strip().split(";")[0])
     try:
-        wait_until(lambda: os.path.exists(os.path.join(work, "ready")), 120)
+        try:
+            wait_until(lambda: os.path.exists(os.path.join(work, "ready")), 120)
+        except AssertionError:
+            out = os.path.join(work, "out.txt")
+            raise AssertionError((s.job(jid), open(out, encoding="utf-8").read()
+                                  if os.path.exists(out) else "no output")) from None
         with lifecycle.controller_stall(sbx.root, 40, wait=False):
             open(os.path.join(work, "go"), "w").close()
             result = os.path.join(work, "result.json")
