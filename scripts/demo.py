@@ -11,7 +11,12 @@
 5. shows ``sinfo -R`` (the drained node) and the job's excluded nodes;
 6. compares the final weights digest with a fault-free run of the same training, run alongside
    (3 local processes, same world size, seed and threads);
-7. brings the sandbox down.
+7. repairs the node, runs a second job through the same faults, and ends with the fleet
+   ledger of both jobs (``resilient-slurm fleet``: the node behind the most lost GPU-hours,
+   per node and fault class) and the path of its HTML page; the sandbox runs Debian's
+   Prometheus and node_exporter beside it (``sandbox up --metrics``), fed by the hooks and
+   both jobs (``--metrics-dir``), and the alerts firing are listed;
+8. brings the sandbox down.
 
 Usage: ``python scripts/demo.py [--dir DIR] [--plot FILE.png] [--bound SECONDS]``.
 """
@@ -29,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import harness  # noqa: E402
 from harness import BIN, TRAIN_SCRIPT, Workload  # noqa: E402
+
+from resilient_slurm.sandbox import prom  # noqa: E402
 
 
 def say(msg: str = "") -> None:
@@ -102,6 +109,16 @@ def main() -> int:
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
     code = 1
     with harness.sandbox(root) as c:
+        from resilient_slurm.sandbox import jobuser, lifecycle, metrics_stack
+        from resilient_slurm.sandbox.cluster import Paths
+
+        stack = metrics_stack.start(Paths(root), [f"node{i}" for i in range(1, wl.nodes + 2)],
+                                    lifecycle.job_user(root))
+        say(f"[{harness.stamp()}] Prometheus {stack.url} and node_exporter per node "
+            "(sandbox up --metrics)")
+        # where resilient-launch writes the job's metrics and records the job for `fleet`
+        metrics_env = {k: v for k, v in jobuser.job_env(Paths(root)).items()
+                       if k in ("RESILIENT_METRICS_DIR", "RESILIENT_JOB_INDEX")}
         say(c.run(["sinfo"]).rstrip())
         ref_dir = os.path.join(work, "fault-free")
         say(f"[{harness.stamp()}] fault-free reference run started alongside (3 local "
@@ -116,7 +133,8 @@ def main() -> int:
                # the sandbox's nodes share this host's /dev/shm: one memory folder per node
                "RESILIENT_TIER1_DIR": os.path.join(work, "job", "shm", "{node}"),
                # where the sandbox's hooks publish verdicts: what makes the spare usable
-               "RESILIENT_VERDICT_PATH": os.path.join(root, "verdicts", "{node}.json")}
+               "RESILIENT_VERDICT_PATH": os.path.join(root, "verdicts", "{node}.json"),
+               **metrics_env}
         env["RESILIENT_LAUNCH_ARGS"] = "--spares 1 " + env["RESILIENT_LAUNCH_ARGS"]
         args = [*wl.train_args(ckpt), "--memory-tiers"]
         t_sub = time.time()  # goodput's wall runs from submission (resilient_slurm.goodput)
@@ -180,8 +198,59 @@ def main() -> int:
         say("digests MATCH: bitwise-identical training despite 5 faults" if match else
             "digests DIFFER")
         code = 0 if r.completed and match else 1
+        say()
+        code = max(code, second_job_and_fleet(c, wl, work, env, a.bound, stack))
     say(f"[{harness.stamp()}] sandbox down. demo took {time.time() - t_start:.0f} s, exit {code}")
     return code
+
+
+def second_job_and_fleet(c: harness.Cluster, wl: Workload, work: str, env: dict[str, str],
+                         bound: float, stack: prom.Stack) -> int:
+    """Repair the nodes, run the same job through the same faults again, then print the fleet
+    ledger of both (the table, the node behind the most lost GPU-hours, the per-node total
+    against the jobs' own reports) and the alerts firing; 0 when it all holds."""
+    from resilient_slurm.cli.fleet import load_jobs, read_index, render
+    from resilient_slurm.cli.fleet_html import write_page
+    from resilient_slurm.cli.fleet_model import build
+
+    say("-" * 78)
+    say(f"[{harness.stamp()}] repairing the drained node, then a second job through the same "
+        "faults ...")
+    c.reset_nodes(timeout=120)
+    ckpt = os.path.join(work, "job2", "ckpt")
+    os.makedirs(os.path.dirname(ckpt), exist_ok=True)
+    jid = c.submit(harness.FSDP_SBATCH, [*wl.train_args(ckpt), "--memory-tiers"],
+                   os.path.join(work, "job2", "slurm-%j.out"),
+                   {**env, "RESILIENT_TIER1_DIR": os.path.join(work, "job2", "shm", "{node}")},
+                   nodes=wl.nodes + 1)
+    state, timed_out = c.wait(jid, bound)
+    say(f"[{harness.stamp()}] job {jid} ended: {state}"
+        f"{' (time bound hit, cancelled)' if timed_out else ''}")
+    say("-" * 78)
+    config = os.path.join(c.root, "etc", "resilient-slurm", "config.toml")
+    say(f"fleet (resilient-slurm fleet --config {config} --html FILE):")
+    say("-" * 78)
+    from resilient_slurm.config import load_config
+    from resilient_slurm.events import read_events
+
+    cfg = load_config(config)
+    jobs, missing = load_jobs(read_index(cfg.section("fleet").jobs_index))
+    ledger = build(list(read_events(c.hook_events)), jobs)
+    text = render(ledger, missing)
+    say(text)
+    page = os.path.join(work, "fleet.html")
+    write_page(ledger, text, page)
+    nodes = sum(n.lost_gpu_hours for n in ledger.nodes.values())
+    reports = sum(f.gpu_hours for b in ledger.jobs.values() for f in b.faults if f.node)
+    close = reports > 0 and abs(nodes - reports) <= 0.05 * reports
+    say(f"per-node lost GPU-hours {nodes:.4f} vs the jobs' own reports {reports:.4f}: "
+        + ("within 5%" if close else "NOT within 5%"))
+    firing = sorted({" ".join(f"{k}={v}" for k, v in sorted(x["labels"].items())
+                              if k in ("alertname", "node", "slurm_job", "cause"))
+                     for x in prom.alerts(stack) if x.get("state") == "firing"})
+    say(f"Prometheus alerts firing: {', '.join(firing) or 'none'}")
+    say(f"HTML page: {page}")
+    return 0 if state == "COMPLETED" and len(jobs) == 2 and close else 1
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ def _node_log() -> list[dict[str, Any]]:
         ev(day * DAY + 200, "verdict", "n5", status="fail", code="NVLINK_DOWN")
         ev(day * DAY + 300, "resume", "n5", reason="rhc:NVLINK_DOWN gpu2")
     ev(9 * DAY, "drain", "n6", "admin", reason="maintenance")
+    # n7: drained, failing again, then resumed by an admin (the next hook run says so)
+    ev(500.0, "drain", "n7", reason="rhc:ECC_DBE gpu0")
+    ev(510.0, "verdict", "n7", status="fail", code="ECC_DBE")
+    ev(900.0, "hold_released", "n7", check="ecc", code="ECC_DBE", by="hook",
+       cause="the node is no longer drained by us")
     return out
 
 
@@ -56,6 +61,8 @@ def test_ledger_per_node_and_per_fault_class() -> None:
     assert fleet.nodes["n1"].drains[0].proven
     assert fleet.nodes["n5"].repeat_evidence and not fleet.nodes["n1"].repeat_evidence
     assert fleet.nodes["n6"].drains == []  # an admin's drain is no drain of ours
+    (n7,) = fleet.nodes["n7"].drains
+    assert (n7.end, n7.proven, n7.false_drain) == (1900.0, True, False)
     node = fleet.classes["node"]
     assert node.count == 2 and [round(x, 1) for x in node.drain_s] == [0.4, 0.4]
     assert [round(x, 1) for x in node.detect_s] == [0.3, 0.3]  # the watcher's failing verdict

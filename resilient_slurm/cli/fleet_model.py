@@ -32,6 +32,7 @@ NODE_ACTIONS: dict[str, str] = {
     EventKind.FLEET_GUARD: "kept up (fleet guard)",
 }
 FAILING = ("fail", "unknown")
+ADMIN_RESUMED = "no longer drained by us"  # hooks/runner.py's hold_released cause for it
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class Action:
 
 @dataclass
 class Episode:
-    """One drain of ours: ``start`` (the drain) to ``end`` (a resume; None: still out)."""
+    """One drain of ours: ``start`` (the drain) to ``end`` (our resume, or the first hook run
+    that found an admin had resumed the node; None: still out)."""
 
     start: float
     cause: str  # the code in our reason (rhc:XID79 gpu3 -> XID79)
@@ -177,8 +179,9 @@ def build(node_events: Iterable[Mapping[str, Any]], jobs: Mapping[str, list[dict
         if kind in (EventKind.DRAIN, EventKind.REBOOT) and cause:
             if not (n.drains and n.drains[-1].end is None):  # a new episode
                 n.drains.append(Episode(ts, cause, str(e.get("reason")), str(e.get("source"))))
-        elif kind == EventKind.RESUME and n.drains and n.drains[-1].end is None:
-            n.drains[-1].end = ts
+        elif n.drains and n.drains[-1].end is None and (kind == EventKind.RESUME or (
+                kind == EventKind.HOLD_RELEASED and ADMIN_RESUMED in str(e.get("cause")))):
+            n.drains[-1].end = ts  # resumed by the hooks, or by an admin (as a hook found)
     job_costs: dict[str, badput.Badput] = {}
     classes: dict[str, ClassStats] = {}
     unattributed: list[tuple[str, badput.FaultCost]] = []
