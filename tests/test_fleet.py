@@ -37,6 +37,8 @@ def _node_log() -> list[dict[str, Any]]:
         ev(day * DAY + 200, "verdict", "n5", status="fail", code="NVLINK_DOWN")
         ev(day * DAY + 300, "resume", "n5", reason="rhc:NVLINK_DOWN gpu2")
     ev(9 * DAY, "drain", "n6", "admin", reason="maintenance")
+    ev(600.0, "drain", "n2", reason="rhc:XID48 gpu1")  # after its exception was recovered
+    ev(610.0, "verdict", "n2", status="fail", code="XID48")
     # n7: drained, failing again, then resumed by an admin (the next hook run says so)
     ev(500.0, "drain", "n7", reason="rhc:ECC_DBE gpu0")
     ev(510.0, "verdict", "n7", status="fail", code="ECC_DBE")
@@ -68,6 +70,8 @@ def test_ledger_per_node_and_per_fault_class() -> None:
     assert [round(x, 1) for x in node.detect_s] == [0.3, 0.3]  # the watcher's failing verdict
     assert node.train_again_s == [27.5, 27.5]
     assert fleet.classes["hang"].detect_s == [2.0]  # NVRx's missing-heartbeat report
+    # n2's exception was over (trained again) long before any drain: no drain time for it
+    assert fleet.classes["exception"].drain_s == []
 
 
 def test_command_table_json_and_page(tmp_path: Path) -> None:

@@ -215,7 +215,10 @@ def _match(f: badput.FaultCost, stats: ClassStats, events: list[dict[str, Any]],
            n: NodeLedger | None, verdicts: list[tuple[float, set[str]]],
            window: float) -> None:
     """A fault's times: to its detection (the first failing verdict of its node, or the job's
-    first failure report, after it), to its node's drain, to training again."""
+    first failure report, after it), to its node's drain, to training again. Verdicts and
+    drains count only until training ran again (a later one is another story), within
+    ``window``."""
+    window = min(window, f.recovery_s) if f.recovery_s is not None else window
     seen = [ts - f.ts for ts, _ in verdicts if f.ts <= ts <= f.ts + window]
     seen += [float(e["ts"]) - f.ts for e in events if e.get("kind") in _REPORTS
              and f.ts <= float(e["ts"]) <= f.ts + window]
