@@ -1,12 +1,14 @@
 """The job side's Prometheus metrics and the jobs index (``--metrics-dir``, ``--job-index``).
 
 ``resilient-launch --metrics-dir DIR`` rewrites ``DIR/resilient_job_<JOBID>.prom`` after every
-cycle, requeue and verdict: node_exporter's textfile collector on the batch host serves it
-(no Pushgateway). The numbers are ``launcher/badput.py``'s from the job's own events, so they
-are what ``resilient-slurm report`` says. Labels are bounded: ``slurm_job`` (the numeric job
-id; ``job`` is Prometheus's own target label), ``cause`` and ``fault_class`` from fixed sets,
-``node`` from the job's nodes; never the job's name or any text the user wrote. Files of jobs
-whose last update is older than :data:`KEEP_S` are removed by the next writer that may.
+cycle, requeue and verdict, and every :data:`REFRESH_S` while a cycle runs (a thread of its
+own: the watch never waits on the events file's read); node_exporter's textfile collector on
+the batch host serves it (no Pushgateway). The numbers are ``launcher/badput.py``'s from the
+job's own events, so they are what ``resilient-slurm report`` says. Labels are bounded:
+``slurm_job`` (the numeric job id; ``job`` is Prometheus's own target label), ``cause`` and
+``fault_class`` from fixed sets, ``node`` from the job's nodes; never the job's name or any
+text the user wrote. Files of jobs whose last update is older than :data:`KEEP_S` are removed
+by the next writer that may.
 
 ``--job-index FILE`` appends one JSON line per start of the batch script (``job``,
 ``state_dir``, ``events``, ``restart_count``, ``ts``): where ``resilient-slurm fleet`` finds
@@ -29,6 +31,7 @@ from resilient_slurm.launcher import badput
 from resilient_slurm.launcher.report import Report
 
 KEEP_S = 7 * 86400.0
+REFRESH_S = 300.0  # while a cycle runs, the file is rewritten this often (a thread)
 PREFIX = "resilient_job_"
 RECOVERY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -124,6 +125,8 @@ class Supervisor:
                                          self.cfg.state_dir, self.alloc.restart_count)
             except OSError as exc:
                 print(f"resilient-launch: --job-index {self.cfg.job_index}: {exc}", flush=True)
+        if self.cfg.metrics_dir:  # also while a cycle runs (weeks, perhaps): off the watch
+            threading.Thread(target=self._metrics_every, daemon=True).start()
         addrs = evidence.node_addresses(self.slurm, list(self.alloc.nodes))
         while True:
             d = policy.decide(self._state(Phase.BEFORE_CYCLE, len(nodes)))
@@ -226,6 +229,11 @@ class Supervisor:
             node_rc={k: v.get("rc") for k, v in recs.items()}))
         self._metrics()
         return rc, stopped, cycle_dir, started
+
+    def _metrics_every(self) -> None:
+        while True:
+            time.sleep(job_metrics.REFRESH_S)
+            self._metrics()
 
     def _metrics(self) -> None:
         """Rewrite the job's metrics file (``--metrics-dir``); a failure is only said."""

@@ -98,3 +98,29 @@ def test_old_job_files_are_pruned_and_the_index_appends(tmp_path: Path) -> None:
     os.symlink(tmp_path / "elsewhere", index)
     with pytest.raises(OSError):
         job_metrics.append_index(str(index), 5, str(tmp_path / "s"), 0)
+
+
+def test_metrics_are_rewritten_while_a_cycle_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor's thread rewrites the job's file every REFRESH_S (a cycle may run for
+    weeks; the goodput alert wants a file updated within the hour)."""
+    import threading
+
+    from resilient_slurm.launcher.supervisor import Supervisor
+
+    calls: list[float] = []
+    done, stop = threading.Event(), threading.Event()
+
+    class Fake:
+        def _metrics(self) -> None:
+            calls.append(1.0)
+            if len(calls) == 3:
+                done.set()
+                stop.wait()  # parked until the test ends (a daemon thread, as the real one)
+
+    monkeypatch.setattr(job_metrics, "REFRESH_S", 0.01)
+    threading.Thread(target=Supervisor._metrics_every, args=(Fake(),), daemon=True).start()
+    try:
+        assert done.wait(10) and len(calls) == 3
+    finally:
+        monkeypatch.setattr(job_metrics, "REFRESH_S", 3600.0)
+        stop.set()
