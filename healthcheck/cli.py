@@ -281,9 +281,10 @@ def install_cmd(node_dir: str, scenario: str) -> None:
 
 
 def _register_admin() -> None:
-    from resilient_slurm.hooks.admin import register
+    from resilient_slurm.hooks import admin, validate_cmd
 
-    register(main)  # `holds`, `clear-hold`
+    admin.register(main)  # `holds`, `clear-hold`
+    validate_cmd.register(main)  # `validate`
 
 
 _register_admin()

@@ -77,12 +77,18 @@ class ProfileSpec:
     fabric_manager: bool = False
     imex: bool = False
     nvml_required: list[str] = field(default_factory=list)
+    # The return-to-service validation's floors (hooks/repair: `resilient-health validate`):
+    # single-node all-reduce bus bandwidth (GB/s, nccl-tests' busbw) and the fabric's loopback
+    # bandwidth (Gbit/s); 0: not set, and the validation cannot pass that check.
+    allreduce_busbw_gbps: float = 0.0
+    loopback_gbps: float = 0.0
 
     # Counts >= 0 (0: not checked); rates in Gbit/s; PCIe gen 1-7, width x1-x32.
     BOUNDS: ClassVar[Bounds] = {
         "gpus": (0, 1024), "efa": (0, 1024), "ib_ports": (0, 1024),
         "nvlinks_per_gpu": (0, 1024), "efa_min_rate_gbps": (0, 100_000),
         "ib_min_rate_gbps": (0, 100_000), "pcie_gen": (0, 7), "pcie_width": (0, 32),
+        "allreduce_busbw_gbps": (0, 100_000), "loopback_gbps": (0, 100_000),
     }
 
 
@@ -106,6 +112,7 @@ class HealthConfig:
     tool_timeout_s: float = 15.0
     dcgm_diag_timeout_s: float = 40.0
     dcgm_diag_level: int = 1
+    validate_timeout_s: float = 120.0  # each bandwidth probe of the validation set
     kernel_log_timeout_s: float = 5.0
     storage_timeout_s: float = 5.0
     tool_path: str = "/usr/bin:/usr/sbin:/bin:/sbin:/usr/local/bin:/usr/local/sbin"
@@ -134,6 +141,7 @@ class HealthConfig:
     BOUNDS: ClassVar[Bounds] = {
         "watchdog_s": (0.5, 86_400), "nvml_timeout_s": (0.1, 3600),
         "tool_timeout_s": (0.1, 3600), "dcgm_diag_timeout_s": (0.1, 86_400),
+        "validate_timeout_s": (1, 86_400),
         "dcgm_diag_level": (1, 4), "kernel_log_timeout_s": (0.1, 3600),
         "storage_timeout_s": (0.1, 3600), "temperature_warn_c": (1, 150),
         "temperature_fail_c": (1, 150), "ecc_volatile_uncorrected_max": (0, 1_000_000),

@@ -28,6 +28,7 @@ from . import checks_gpu as cg
 from . import checks_log as cl
 from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
 from . import tools
+from . import validate_checks as vc
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
 from .kernlog import LogRead, PositionStore, norm_pci, safe_read
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
@@ -44,7 +45,8 @@ if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the e
 # NVML fields it needs), and the checks of each set in declaration order.
 # One order whatever imported the check modules first (a run's results, and so the first
 # failing result a drain reason names, follow it): by module, then as declared.
-_MODULE_ORDER = ("checks_fabric", "checks_gpu", "checks_log", "checks_net", "tools")
+_MODULE_ORDER = ("checks_fabric", "checks_gpu", "checks_log", "checks_net", "tools",
+                 "validate_checks")
 _ORDERED = sorted(REGISTRY.values(), key=lambda d: _MODULE_ORDER.index(
     d.evaluate.__module__.rsplit(".", 1)[-1]))
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -154,10 +156,42 @@ def _gatherers(config: Config, seams: Seams, sel: Selection, names: list[str],
                                    left(cfg.dcgm_diag_timeout_s), seams),
         "dcgm_health": lambda: _dcgm_health(seams, left, cfg.tool_timeout_s),
         "storage": storage,
+        "allreduce": lambda: _allreduce(seams, sel, left, cfg.validate_timeout_s),
+        "loopback": lambda: _loopback(seams, sel, left, cfg.validate_timeout_s),
         "services": lambda: {u: _tool(cf.probe_argv(u), left(cfg.tool_timeout_s), seams)
                              for u in cf.units_for(sel.spec)},
     }
     return {k: v for k, v in table.items() if k in wanted}
+
+
+def _allreduce(seams: Seams, sel: Selection, left: Callable[[float], float],
+               timeout: float) -> vc.Probe:
+    """nccl-tests' all_reduce_perf on every GPU; without it, the torch.distributed probe (a
+    separate interpreter: this process never imports torch)."""
+    out = _tool(vc.allreduce_argv(sel.spec.gpus), left(timeout), seams)
+    if out.kind != proc.MISSING:
+        return vc.Probe("all_reduce_perf", out)
+    import sys
+
+    argv = [sys.executable, "-m", "resilient_slurm.training.allreduce_probe",
+            "--gpus", str(max(1, sel.spec.gpus))]
+    return vc.Probe("torch all-reduce probe", _tool(argv, left(timeout), seams))
+
+
+def _loopback(seams: Seams, sel: Selection, left: Callable[[float], float],
+              timeout: float) -> vc.Probe | None:
+    """The fabric's loopback test: the server in the background, then the client."""
+    plan = vc.loopback_argvs(sel.spec)
+    if plan is None:
+        return None
+    tool, server, client = plan
+    env = dict(os.environ)
+    env["PATH"] = seams.tool_path
+    with proc.background(list(server), env=env, search_path=seams.tool_path) as started:
+        if started is not None:
+            return vc.Probe(tool, started)  # the server could not start: that outcome
+        time.sleep(0.5)  # let it listen
+        return vc.Probe(tool, _tool(list(client), left(timeout), seams))
 
 
 def _dcgm_health(seams: Seams, left: Callable[[float], float],

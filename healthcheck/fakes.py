@@ -322,3 +322,51 @@ def write_tools(bindir: str, tools: dict[str, Any]) -> None:
             else "fi_getinfo: -61 (No data available)")
     _script(bindir, "fi_info", fi, {"-p": (text, 0 if provider else 1)})
     write_systemctl(bindir, tools.get("systemctl", {}))
+    write_validation_tools(bindir, tools)
+
+
+# nccl-tests' and fabtests'/perftest's output shapes, trimmed to what the validation reads.
+_NCCL_OUT = """# nThread 1 nGpus {gpus} minBytes 268435456 maxBytes 268435456 step: 1048576(bytes)
+#       size         count      type   redop    root     time   algbw   busbw #wrong
+   268435456      67108864     float     sum      -1   1234.5  {alg:.2f}  {bus:.2f}      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : {bus:.2f}
+"""
+_FI_OUT = """bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
+1m      200     =200     400m        0.04s    {mbs:.2f}     {usec:.2f}       0.00
+"""
+_IB_OUT = """ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 1048576    5000             {gbps:.2f}             {gbps:.2f}               0.011
+"""
+
+
+def write_validation_tools(bindir: str, tools: dict[str, Any]) -> None:
+    """``all_reduce_perf`` (``busbw_gbps``), ``fi_pingpong`` / ``ib_write_bw`` (``gbps``: a
+    client, the call whose last argument is an address, prints its table; the server waits)
+    and ``nvidia-smi`` (``--gpu-reset`` answers as ``reset`` = ok | fail says), each also
+    ``behavior`` = ok | missing | hang | garbage | exit as for the other tools."""
+    nccl = tools.get("all_reduce_perf", {})
+    bus = float(nccl.get("busbw_gbps", 450.0))
+    _script(bindir, "all_reduce_perf", nccl,
+            {"-b": (_NCCL_OUT.format(gpus=8, alg=bus * 8 / 14, bus=bus), 0)})
+    for name, template in (("fi_pingpong", _FI_OUT), ("ib_write_bw", _IB_OUT)):
+        spec = tools.get(name, {})
+        gbps = float(spec.get("gbps", 90.0))
+        if spec.get("behavior", "ok") != "ok":
+            _script(bindir, name, spec, {})
+            continue
+        out = f".{name}.out"
+        _w(os.path.join(bindir, out), template.format(mbs=gbps * 125.0, usec=8.0, gbps=gbps))
+        body = ["#!/bin/sh", 'for last in "$@"; do :; done',
+                'case "$last" in *.*.*.*) ;; *) exec sleep 30;; esac']
+        if spec.get("delay_s"):
+            body.append(f"sleep {float(spec['delay_s']):g}")
+        body += [f'cat "$(dirname "$0")"/{shlex.quote(out)}', "exit 0"]
+        _w(os.path.join(bindir, name), "\n".join(body))
+        os.chmod(os.path.join(bindir, name), 0o755)
+    smi = tools.get("nvidia_smi", {})
+    reset_ok = str(smi.get("reset", "ok")) == "ok"
+    _script(bindir, "nvidia-smi", smi, {
+        "--gpu-reset": ("GPU 00000000:53:00.0 was successfully reset." if reset_ok else
+                        "Unable to reset GPU 00000000:53:00.0: In use by another client",
+                        0 if reset_ok else 255)})

@@ -3,7 +3,8 @@
 ``@declare(name, source, sets, fields=..., context=...)`` on an evaluate function registers the
 check: which gatherer feeds it (``nvml``, ``kernlog``, ``rdma``, ``fi_info``, ``dcgm_diag``,
 ``dcgm_health``, ``storage``, ``services``), which NVML fields it needs, which check sets run
-it (``prolog``, ``periodic``, ``epilog``; none: only on demand with ``--only``), and which
+it (``prolog``, ``periodic``, ``epilog``; ``validate``: the return-to-service proof; none:
+only on demand with ``--only``), and which
 context its evaluator takes as second argument (``gpu``: ``checks_gpu.GpuContext``, ``log``:
 ``checks_log.LogContext``, ``profile``: the ``ProfileSpec``, ``run``: :class:`RunContext`).
 The engine derives its tables from :data:`REGISTRY`; nothing else lists the checks.
@@ -19,9 +20,9 @@ from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
 from .model import Result
 
-PROLOG, PERIODIC, EPILOG = "prolog", "periodic", "epilog"
-SET_NAMES = (PROLOG, PERIODIC, EPILOG)
-EVERY_SET = SET_NAMES
+PROLOG, PERIODIC, EPILOG, VALIDATE = "prolog", "periodic", "epilog", "validate"
+SET_NAMES = (PROLOG, PERIODIC, EPILOG, VALIDATE)
+EVERY_SET = (PROLOG, PERIODIC, EPILOG)  # the passive sets; ``validate`` is active, on demand
 F = TypeVar("F", bound=Callable[..., list[Result]])
 
 

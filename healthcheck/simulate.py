@@ -79,7 +79,11 @@ SCHEMA: dict[str, Any] = {
              "unreadable"},
     "tools": {"dcgmi": {"behavior", "exit_code", "diag", "health", "delay_s", "argv_log"},
               "fi_info": {"behavior", "exit_code", "provider", "delay_s"},
-              "systemctl": {"behavior", "exit_code", "delay_s", "fabricmanager", "imex"}},
+              "systemctl": {"behavior", "exit_code", "delay_s", "fabricmanager", "imex"},
+              "all_reduce_perf": {"behavior", "exit_code", "delay_s", "busbw_gbps"},
+              "fi_pingpong": {"behavior", "exit_code", "delay_s", "gbps"},
+              "ib_write_bw": {"behavior", "exit_code", "delay_s", "gbps"},
+              "nvidia_smi": {"behavior", "exit_code", "delay_s", "reset", "argv_log"}},
     "site": {"health": True},
 }
 
@@ -223,7 +227,7 @@ class Scenario:
         except (TypeError, ValueError):
             pcis = []  # a garbage GPU count: NVML's fake says so; no PCI tree
         spec = {"rdma": self.data.get("rdma", {}), "tools": self.data.get("tools", {}),
-                "pci": pcis, "v": 3}  # v: the fakes' layout (3: systemctl, dcgmi argv_log)
+                "pci": pcis, "v": 4}  # v: the fakes' layout (4: the validation tools, nvidia-smi)
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
         base = _cache_base()
         final = os.path.join(base, key)

@@ -94,7 +94,7 @@ def evaluate_dcgm_diag(out: Outcome, level: int, required: bool = True) -> list[
     return [Result(check, OK, "OK", f"dcgmi diag -r {level}: {len(tests)} tests passed")]
 
 
-@declare("dcgm_diag", "dcgm_diag", ())  # on demand only: no default set's budget fits it
+@declare("dcgm_diag", "dcgm_diag", ("validate",))  # on demand, and the validation set
 def check_dcgm_diag(out: Outcome, run: RunContext) -> list[Result]:
     return evaluate_dcgm_diag(out, run.cfg.dcgm_diag_level, run.profile.require_dcgm)
 

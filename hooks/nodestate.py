@@ -67,6 +67,11 @@ def ours(node: Node, prefix: str) -> bool:
     return node.reason.startswith(prefix)
 
 
+def out_by_us(node: Node, prefix: str) -> bool:
+    """Drained, or down (a repair reboot's ``nextstate=DOWN``), with our reason."""
+    return (node.drain or node.state == "DOWN") and ours(node, prefix)
+
+
 def decide(
     report: Report,
     node: Node,
@@ -84,7 +89,7 @@ def decide(
         foreign = node.reason and not ours(node, prefix)
         if (node.drain or node.state == "DOWN") and foreign:
             return Decision(NONE, reason, f"already {node.describe()}: not our reason, kept")
-        if node.drain and ours(node, prefix):
+        if out_by_us(node, prefix):
             return Decision(NONE, node.reason, "already drained by us")
         if node.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
             return Decision(NONE, reason, "reboot already pending")
@@ -96,7 +101,7 @@ def decide(
                         else report.status)
     if not may_resume:
         return Decision(NONE, "", "healthy")
-    if node.drain and ours(node, prefix):
+    if out_by_us(node, prefix):
         if hold:
             return Decision(NONE, node.reason, f"held until the check passes again, a reboot "
                             f"or `resilient-health clear-hold`: {hold}")

@@ -41,7 +41,7 @@ from resilient_slurm.events import (
 )
 from resilient_slurm.healthcheck.exits import EXIT_HEALTHY
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
-from resilient_slurm.hooks import fleet, holds, nodestate, verdict
+from resilient_slurm.hooks import fleet, holds, node_repair, nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.slurm import SlurmBackend, SlurmError, connect
@@ -287,7 +287,7 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
                     version_file=state_path(config, "slurm-version.json"))
     try:
         node = slurm.node(ctx.node)  # this node only
-        ours = node.drain and nodestate.ours(node, hook_settings.owner_prefix)
+        ours = nodestate.out_by_us(node, hook_settings.owner_prefix)
         if held and not ours:  # an admin resumed (or re-drained) the node: their call
             _released(events, [(h, "the node is no longer drained by us") for h in held])
             held = []
@@ -295,6 +295,9 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
             report, node, _int(state.get("healthy_streak")), prefix=hook_settings.owner_prefix,
             resume_after=hook_settings.resume_after, reboot_enabled=hook_settings.reboot_enabled,
             may_resume=may_resume, hold=holds.summary(held))
+        if ours and may_resume and node_repair.enabled(config):
+            decision, held = node_repair.gate(config, ctx, report, events, state, node, slurm,
+                                              decision, held, hook_settings.owner_prefix)
         guarded = decision.action in (nodestate.DRAIN, nodestate.REBOOT) and fleet.enabled(
             hook_settings.max_drain_fraction, hook_settings.max_drains_per_interval)
         if guarded and not _fleet_allows(slurm, config, ctx, report, events, source,

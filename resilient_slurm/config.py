@@ -121,7 +121,8 @@ def _read_file(path: str) -> dict[str, Any]:
 # Modules that declare sections of their own; imported before any file is validated, so a
 # [hooks] table is known to every command that reads the file, not only to the hooks.
 SECTION_MODULES = ("resilient_slurm.healthcheck.config", "resilient_slurm.hooks.config",
-                   "resilient_slurm.fleet_config")
+                   "resilient_slurm.fleet_config",
+                   "resilient_slurm.hooks.repair_config")
 
 
 def _import_sections() -> None:

@@ -49,11 +49,14 @@ from resilient_slurm.payloads import (
     NoProgressSignal,
     Recovery,
     Release,
+    Repair,
+    RepairBudget,
     Requeue,
     Spare,
     StopCycle,
     Straggler,
     StragglerCause,
+    Validation,
     VerdictUnread,
 )
 from resilient_slurm.payloads_job import (
@@ -104,6 +107,9 @@ class EventKind(StrEnum):
     HOLD = "hold"  # a failing check now keeps the node drained until it passes again
     HOLD_RELEASED = "hold_released"  # ... it passed, the node rebooted, or an admin cleared it
     FLEET_GUARD = "fleet_guard"  # many nodes fail alike: this one is kept up, not drained
+    REPAIR = "repair"  # a step of the repair ladder taken on a node (reboot, replace, ...)
+    REPAIR_BUDGET = "repair_budget"  # repairs held back: too many nodes at once or per hour
+    VALIDATION = "validation"  # the return-to-service validation started, passed or failed
     # The launcher: the job log.
     LAUNCH_START = "launch_start"  # the batch script started (first run or after a requeue)
     CYCLE_START = "cycle_start"  # one srun of ft_launcher on every node started
@@ -152,6 +158,8 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.HEALTH_SKIPPED: (HookNote,), EventKind.WATCH_START: (HookNote,),
     EventKind.HOLD: (Hold,),
     EventKind.HOLD_RELEASED: (HoldReleased,), EventKind.FLEET_GUARD: (FleetGuard,),
+    EventKind.REPAIR: (Repair,), EventKind.REPAIR_BUDGET: (RepairBudget,),
+    EventKind.VALIDATION: (Validation,),
     EventKind.LAUNCH_START: (LaunchStart,), EventKind.CYCLE_START: (CycleStart,),
     EventKind.CYCLE_END: (CycleEnd,), EventKind.STOP_CYCLE: (StopCycle,),
     EventKind.FAULT: (Fault,), EventKind.BLAME: (Blame,), EventKind.EXCLUDE: (Exclude,),

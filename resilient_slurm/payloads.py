@@ -95,6 +95,39 @@ class FleetGuard(TypedDict, total=False):
     undone: bool  # True: our drain of this node was undone
 
 
+class Repair(TypedDict, total=False):
+    """``repair``: a step of the repair loop's ladder taken on a node (``resilient-slurm
+    repair``: reboot, replace, power_up, isolate, ...; the node's health program: reset_gpu)."""
+
+    node: str
+    step: str  # restart_app | reset_gpu | reboot | replace | power_up | isolate
+    cause: str  # the failure's code (XID79)
+    reason: str  # the drain reason the step left (``rhc:XID79 gpu3 ~reboot``)
+    why: str
+    repair_class: str
+    ladder: list[str]
+
+
+class RepairBudget(TypedDict, total=False):
+    """``repair_budget``: nodes held back from a reboot or replacement by the budgets."""
+
+    held: list[str]
+    in_progress: int
+    last_hour: int
+    why: str
+
+
+class Validation(TypedDict, total=False):
+    """``validation``: the return-to-service validation of a node drained by us (started,
+    passed or failed)."""
+
+    outcome: str  # started | passed | failed
+    status: str  # the validation run's status (ok | warn | fail | unknown)
+    codes: list[str]
+    reason: str
+    duration_s: float
+
+
 # -- the launcher (job log) -------------------------------------------------------------------
 
 

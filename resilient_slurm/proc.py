@@ -9,12 +9,13 @@ Parsing is the caller's job; a caller that cannot parse ``stdout`` reports *unpa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 MISSING = "missing"
@@ -112,3 +113,34 @@ def run(
     _kill_group(proc)
     kind = OK if proc.returncode == 0 else NONZERO
     return Outcome(argv, kind, proc.returncode, out, err, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def background(argv: Sequence[str], env: Mapping[str, str] | None = None,
+               search_path: str | None = None) -> Iterator[Outcome | None]:
+    """Run ``argv`` (a test's server side) for the duration of the block, then kill its whole
+    process group. Yields None once it started, else the :class:`Outcome` saying why not
+    (``missing``; ``nonzero`` when it exited at once)."""
+    argv = tuple(str(a) for a in argv)
+    exe = resolve(argv[0], search_path or (env or os.environ).get("PATH", os.defpath))
+    if exe is None:
+        yield Outcome(argv, MISSING, None, "", "", 0.0)
+        return
+    try:
+        server = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            [exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=dict(env) if env is not None else None,
+            start_new_session=True, text=True)
+    except OSError as exc:
+        yield Outcome(argv, MISSING, None, "", str(exc), 0.0)
+        return
+    try:
+        time.sleep(0.05)
+        code = server.poll()
+        yield None if code is None else Outcome(argv, NONZERO, code, "", "exited at once", 0.0)
+    finally:
+        _kill_group(server)
+        try:
+            server.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass

@@ -274,11 +274,25 @@ class CliSlurm:
     def down(self, node: str, reason: str) -> None:
         self._update_node(node, "DOWN", sanitize_reason(reason))
 
-    def reboot_asap(self, node: str, reason: str) -> None:
-        """``scontrol reboot ASAP nextstate=RESUME reason=...``: drain, reboot when idle, resume."""
+    def reboot_asap(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        """``scontrol reboot ASAP nextstate=STATE reason=...``: drain, reboot when idle, then
+        ``RESUME`` (back in service) or ``DOWN`` (kept out with the reason, for a validation
+        before it takes work)."""
         _check_name(node)
-        self._run(["scontrol", "reboot", "ASAP", "nextstate=RESUME",
+        if nextstate not in ("RESUME", "DOWN"):
+            raise SlurmError(f"invalid reboot nextstate {nextstate!r}")
+        self._run(["scontrol", "reboot", "ASAP", f"nextstate={nextstate}",
                    f"reason={sanitize_reason(reason)}", node])
+
+    def power_down(self, node: str, reason: str) -> None:
+        """Power the node down once its jobs end (``State=POWER_DOWN_ASAP``; Slurm runs the
+        site's SuspendProgram): a replacement, in a cloud a new instance at the next power up.
+        Needs power saving configured (SuspendProgram, ResumeProgram, a finite SuspendTime)."""
+        self._update_node(node, "POWER_DOWN_ASAP", sanitize_reason(reason))
+
+    def power_up(self, node: str) -> None:
+        """Power a powered-down node up (``State=POWER_UP``: Slurm runs the ResumeProgram)."""
+        self._update_node(node, "POWER_UP")
 
     def cancel_reboot(self, node: str) -> None:
         _check_name(node)
