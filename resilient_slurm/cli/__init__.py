@@ -30,6 +30,7 @@ def _register() -> None:
     from resilient_slurm.cli.fleet import fleet_command
     from resilient_slurm.cli.plan import plan_command
     from resilient_slurm.hooks.cli import install_hooks
+    from resilient_slurm.hooks.repair_cli import repair_command
     from resilient_slurm.launcher.report_cli import report_command
     from resilient_slurm.sandbox.cli import sandbox
 
@@ -39,6 +40,7 @@ def _register() -> None:
     main.add_command(report_command)
     main.add_command(plan_command)
     main.add_command(fleet_command)
+    main.add_command(repair_command)
 
 
 _register()
