@@ -6,7 +6,7 @@ remediations in order, each allowed ``times`` times (default once) for the same 
 the history window before the next step. The history is a list of attempts (the controller's
 ledger, ``hooks/repair_ledger.py``), so it survives the node's reboots and replacements.
 
-The drain reason carries the repair loop's state after a ``~`` (``rhc:XID79 gpu3 ~reboot``), so
+The drain reason carries the repair loop's state in brackets (``rhc:XID79 gpu3 [reboot]``), so
 any process that can read ``sinfo`` sees where each node stands without a shared file:
 
 ======== ================================================================================
@@ -175,25 +175,25 @@ def budget(total_nodes: int, in_progress: int, last_hour: int, *, max_at_once: i
 
 
 def split_reason(reason: str, prefix: str) -> tuple[str, str, str]:
-    """(code, device text, tag) of one of our drain reasons: ``rhc:XID79 gpu3 +1 ~reboot :
+    """(code, device text, tag) of one of our drain reasons: ``rhc:XID79 gpu3 +1 [reboot] :
     reboot issued`` -> (``XID79``, ``gpu3 +1``, ``reboot``). Slurm's own suffixes (``:
     reboot issued``) are dropped; a reason without our prefix gives ("", "", "")."""
     if not reason.startswith(prefix):
         return "", "", ""
     body = reason[len(prefix):].split(" : ", 1)[0].strip()
     tag = ""
-    if " ~" in f" {body}":
-        body, _, tag = f" {body}".rpartition(" ~")
-        body = body.strip()
-        tag = tag.split()[0] if tag.split() else ""
+    if body.endswith("]") and "[" in body:
+        head, _, inner = body[:-1].rpartition("[")
+        if inner in TAGS:
+            body, tag = head.strip(), inner
     words = body.split()
     return (words[0] if words else ""), " ".join(words[1:]), tag
 
 
 def tagged(prefix: str, code: str, device: str, tag: str) -> str:
-    """Our reason with the repair loop's tag: ``rhc:XID79 gpu3 ~reboot`` (at most 64
+    """Our reason with the repair loop's tag: ``rhc:XID79 gpu3 [reboot]`` (at most 64
     characters: the device text is cut first)."""
-    tail = f" ~{tag}" if tag else ""
+    tail = f" [{tag}]" if tag else ""
     head = f"{prefix}{code}"
     room = 64 - len(head) - len(tail) - 1
     dev = device[:max(0, room)].strip()

@@ -102,7 +102,7 @@ class Repair(TypedDict, total=False):
     node: str
     step: str  # restart_app | reset_gpu | reboot | replace | power_up | isolate
     cause: str  # the failure's code (XID79)
-    reason: str  # the drain reason the step left (``rhc:XID79 gpu3 ~reboot``)
+    reason: str  # the drain reason the step left (``rhc:XID79 gpu3 [reboot]``)
     why: str
     repair_class: str
     ladder: list[str]

@@ -60,6 +60,11 @@ def sandbox() -> None:
               help="Also run the node watcher (`resilient-health watch`, root) on every node, "
                    "as a production node runs it as a service: a failing node is drained "
                    "within seconds instead of at the next health run. Needs --hooks.")
+@click.option("--repair/--no-repair", default=False, show_default=True,
+              help="Turn the repair loop on ([repair] enabled: our drains are lifted only "
+                   "after a validation) and give Slurm reboot and power programs that "
+                   "simulate a reboot (new boot id) and a replaced machine (fresh hardware); "
+                   "run `resilient-slurm repair` for the controller's pass. Needs --hooks.")
 @click.option("--health-interval", type=click.IntRange(1, 86_400), default=None,
               help="HealthCheckInterval in seconds in place of the timing's (10 fast, 30 "
                    "production; 300 is common on real clusters).")
@@ -69,7 +74,7 @@ def sandbox() -> None:
                    "project's rules; `sandbox env` then gives jobs --metrics-dir and "
                    "--job-index. Needs --hooks.")
 @DIR_OPTION
-def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool,
+def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool, repair: bool,
        health_interval: int | None, metrics: bool, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
     from resilient_slurm.sandbox import metrics_stack, prom
@@ -80,6 +85,7 @@ def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool,
         if metrics:
             prom.programs()  # missing: say what to install before anything starts
         paths = lifecycle.up(root, nodes, hooks=hooks, timing=timing, user=user, watch=watch,
+                             repair=repair,
                              health_interval=health_interval)
         account = lifecycle.job_user(root)
     except (SandboxError, SlurmError, prom.PromError) as exc:

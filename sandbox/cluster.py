@@ -206,9 +206,10 @@ def render_conf(paths: Paths, plan: Plan) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "MailProg=/bin/true",
-        # Lets `scontrol reboot ASAP` be exercised; nothing really reboots in a sandbox.
-        "RebootProgram=/bin/true",
-        "ResumeTimeout=300",
+        # Lets `scontrol reboot ASAP` be exercised; nothing really reboots in a sandbox
+        # (unless --repair names programs of its own: sandbox/power.py).
+        *([] if any(x.startswith("RebootProgram=") for x in plan.extra_conf)
+          else ["RebootProgram=/bin/true", "ResumeTimeout=300"]),
         f"KillWait={t.kill_wait}",
         f"MessageTimeout={t.message_timeout}",
         "MinJobAge=600",

@@ -28,6 +28,7 @@ from resilient_slurm.sandbox.cluster import (
     write_meta,
     write_munge_key,
 )
+from resilient_slurm.sandbox.power import setup as power_setup
 from resilient_slurm.sandbox.procs import (
     kill_pids,
     memory_kib,
@@ -146,6 +147,7 @@ def up(
     watch: bool = False,
     health_interval: int | None = None,
     hooks_extra: str = "",
+    repair: bool = False,
 ) -> Paths:
     """Start a sandbox of ``nodes`` nodes under ``root`` and return once all are idle.
 
@@ -161,7 +163,8 @@ def up(
     node would run it as a service: a failing node is published and drained within seconds.
     ``health_interval``: HealthCheckInterval in place of the timing's (300 is common on
     production clusters). ``config_extra`` lines end the hooks' config (its ``[health]``
-    section), ``hooks_extra`` lines go into its ``[hooks]`` section.
+    section), ``hooks_extra`` lines go into its ``[hooks]`` section. ``repair``: the repair loop,
+    with Slurm's reboot and power programs simulated (``sandbox/power.py``).
     """
     profile = timing_profile(timing)
     if health_interval is not None:
@@ -208,6 +211,9 @@ def up(
     for n in names:
         os.makedirs(paths.node_dir(n), exist_ok=True)
     jobuser.make_node_memory(paths, names)
+    if repair:
+        conf, section = power_setup(paths)
+        plan.extra_conf, config_extra = [*plan.extra_conf, *conf], config_extra + section
     if hooks:
         plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
                                                   profile.health_interval, hooks_extra),

@@ -165,8 +165,11 @@ def node_kill(root: str, node: str) -> list[int]:
     return killed
 
 
-def node_start(root: str, node: str, timeout: float = 60.0) -> int:
-    """Start ``node``'s slurmd again; returns its PID once the controller sees it respond."""
+def node_start(root: str, node: str, timeout: float = 60.0, fresh_boot: bool = False) -> int:
+    """Start ``node``'s slurmd again; returns its PID once the controller sees it respond.
+
+    ``fresh_boot``: in a new time namespace whose boot clock starts at zero (``unshare
+    --time``), so slurmd reports a boot time of now and slurmctld sees the node rebooted."""
     paths = Paths(root)
     meta = _known(paths, node)
     if slurmd_pid(root, node) is not None:
@@ -176,7 +179,15 @@ def node_start(root: str, node: str, timeout: float = 60.0) -> int:
     exe = find_program("slurmd")
     if exe is None:
         raise SandboxError("slurmd not found")
-    pid = spawn([exe, "-D", "-f", paths.conf, "-N", node], paths.p("log", f"slurmd-{node}.out"),
+    argv = [exe, "-D", "-f", paths.conf, "-N", node]
+    if fresh_boot:
+        unshare = find_program("unshare")
+        if unshare is None:
+            raise SandboxError("unshare (util-linux) not found: a reboot cannot be simulated")
+        with open("/proc/uptime", encoding="ascii") as f:
+            up = int(float(f.read().split()[0]))
+        argv = [unshare, "--time", f"--boottime=-{up}", *argv]
+    pid = spawn(argv, paths.p("log", f"slurmd-{node}.out"),
                 {**daemon_env(paths), NODE_ENV: node})
     daemons = meta.get("daemons")
     started = {node: pid}
