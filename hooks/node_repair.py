@@ -91,11 +91,18 @@ def gate(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
         return nodestate.Decision(none, node.reason, "repair: reboot pending"), held
     if tag == "reset":
         return _reset(config, ctx, events, node, slurm, held, prefix, code, device)
+    boot = (report.kernel_position or {}).get("boot_id")
+    asked = state.get("repair") if isinstance(state.get("repair"), dict) else None
+    if asked and asked.get("tag") == "reboot" and boot and asked.get("boot_id") != boot:
+        asked.update(tag="rebooted", boot_id=boot)  # the reboot happened: validate next
+    if tag == "reboot" and (asked is None or asked.get("tag") not in ("reboot", "rebooted")):
+        return _reboot(ctx, events, state, node, slurm, prefix, code, device, boot), held
+    if tag == "reboot" and asked and asked.get("tag") == "reboot":
+        return nodestate.Decision(none, node.reason, "repair: reboot pending"), held
     if report.status in (FAIL, UNKNOWN) and tag in ("reboot", "replaced", "validate"):
         # The remediation did not fix it: the repair pass moves the node up its ladder (the
         # class stays the original fault's: its reason keeps the first code).
-        reason = ladder.tagged(prefix, code, device, "valfail")
-        slurm.drain(ctx.node, reason)
+        reason = _failed(state, ctx, slurm, prefix, code, device)
         failing = [r.code for r in report.failing()]
         events.emit(EventKind.REPAIR, **Repair(node=ctx.node, step="check", cause=code,
                                                reason=reason, why=f"still failing after {tag}: "
@@ -105,6 +112,56 @@ def gate(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
         return decision, held
     return _validated(config, ctx, report, events, state, node, slurm, decision, prefix,
                       code, device), held
+
+
+def _reboot(ctx: HookContext, events: SafeEvents, state: dict[str, Any], node: Node,
+            slurm: SlurmBackend, prefix: str, code: str, device: str,
+            boot: str | None) -> nodestate.Decision:
+    """The repair pass asked for a reboot: record it here first (the node's state survives the
+    reboot), then ``scontrol reboot ASAP nextstate=DOWN``."""
+    reason = ladder.tagged(prefix, code, device, "reboot")
+    state["repair"] = {"tag": "reboot", "code": code, "device": device, "boot_id": boot,
+                       "time": time.time()}
+    slurm.reboot_asap(ctx.node, reason, nextstate="DOWN")
+    events.emit(EventKind.REPAIR, **Repair(node=ctx.node, step="reboot", cause=code,
+                                           reason=reason, why="asked by the repair pass"))
+    return nodestate.Decision(nodestate.NONE, reason, "repair: rebooting")
+
+
+def _failed(state: dict[str, Any], ctx: HookContext, slurm: SlurmBackend, prefix: str,
+            code: str, device: str) -> str:
+    """The remediation did not make the node good: tag ``valfail`` (the repair pass moves it
+    up its ladder; a reboot it asks next is a new one). Returns the reason."""
+    reason = ladder.tagged(prefix, code, device, "valfail")
+    asked = state.get("repair")
+    if isinstance(asked, dict):
+        asked["tag"] = "failed"
+    slurm.drain(ctx.node, reason)
+    return reason
+
+
+def pending(state: dict[str, Any], boot: str | None) -> dict[str, Any] | None:
+    """A repair reboot this node went through and has not been validated since (it keeps the
+    node out even if Slurm returned it to service after the reboot)."""
+    asked = state.get("repair")
+    if not isinstance(asked, dict):
+        return None
+    done = asked.get("tag") == "reboot" and bool(boot) and asked.get("boot_id") != boot
+    return asked if done or asked.get("tag") == "rebooted" else None
+
+
+def keep_out(ctx: HookContext, events: SafeEvents, slurm: SlurmBackend, prefix: str,
+             asked: dict[str, Any]) -> str:
+    """Drain a node back from a repair reboot that Slurm returned to service: it takes no work
+    until validated. Returns the reason."""
+    reason = ladder.tagged(prefix, str(asked.get("code", "REPAIR")), str(asked.get("device", "")),
+                           "reboot")
+    slurm.drain(ctx.node, reason)
+    events.emit(EventKind.REPAIR, **Repair(node=ctx.node, step="keep_out",
+                                           cause=str(asked.get("code")),
+                                           reason=reason, why="back from a repair reboot: out "
+                                           "of service until validated"))
+    return reason
 
 
 def _validated(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
@@ -131,8 +188,7 @@ def _validated(config: Config, ctx: HookContext, report: Report, events: SafeEve
         return nodestate.Decision(decision.action, decision.reason,
                                   f"{decision.why}; validated ({val.get('reason', 'passed')})")
     if val and current and val.get("status") in (FAIL, UNKNOWN):
-        reason = ladder.tagged(prefix, code, device, "valfail")
-        slurm.drain(ctx.node, reason)
+        reason = _failed(state, ctx, slurm, prefix, code, device)
         events.emit(EventKind.REPAIR, **Repair(node=ctx.node, step="validate", cause=code,
                                                reason=reason, why="validation failed: "
                                                f"{', '.join(val.get('codes') or [])}"))

@@ -6,7 +6,10 @@ cluster's size), then for each node drained or down by us (our reason prefix):
 
 * a fresh fault, or a validation that failed (tag ``valfail``): the node's class
   (``hooks/ladder.py``) and the next step of its ladder from the ledger; the step is taken
-  (reboot and replace only within the budgets), recorded in the ledger and as an event;
+  (reboot and replace only within the budgets), recorded in the ledger and as an event. A
+  reboot or a GPU reset is asked of the node (its tag): its health program records it in the
+  node's own state, then carries it out, so that a node Slurm puts back in service after the
+  reboot is taken out again until validated;
 * powered down for replacement (``replace``, Slurm's POWERED_DOWN): drained as ``replaced``
   and powered up (the site's ResumeProgram: a new machine), to be validated before work;
 * anything else (a reboot in flight, a validation, isolated): left alone.
@@ -132,12 +135,10 @@ def _rma(cfg: RepairConfig, node: Node, cls: lad.RepairClass, code: str,
 
 
 def _act(slurm: SlurmBackend, node: Node, step: str, reason: str) -> None:
-    if step == "reboot":
-        slurm.reboot_asap(node.name, reason, nextstate="DOWN")
-    elif step == "replace":
+    if step == "replace":
         slurm.power_down(node.name, reason)
-    else:  # restart_app (validate), reset_gpu (the node resets), isolate: a new tag
-        slurm.drain(node.name, reason)
+    else:  # a new tag: reboot and reset_gpu are carried out by the node's health program
+        slurm.drain(node.name, reason)  # (it records them first, so they survive the reboot)
 
 
 def one_pass(slurm: SlurmBackend, cfg: RepairConfig, *, prefix: str,
@@ -200,6 +201,14 @@ def one_pass(slurm: SlurmBackend, cfg: RepairConfig, *, prefix: str,
             why += "; " + _rma(cfg, node, cls, code, ledger.of(name))
         _emit(events, EventKind.REPAIR, node=name, step=step, cause=code, reason=reason,
               why=why, repair_class=cls.name, ladder=list(cls.ladder))
+    for name, node in nodes.items():  # Slurm clears the reason at a power up: set it again
+        last = ledger.of(name)[-1] if ledger.of(name) else None
+        if node.drain and not node.reason and last is not None and last.step == "replace":
+            reason = lad.tagged(prefix, last.code, "", "replaced")
+            actions.append(Action(name, "mark", last.cls, last.code, "powered up as a new "
+                                  "machine: drained until validated"))
+            if not dry_run:
+                slurm.drain(name, reason)
     if held and not dry_run:
         line = (f"{len(held)} node(s) held back ({', '.join(held[:10])}"
                 f"{' ...' if len(held) > 10 else ''}): {busy} in remediation, {started} started "

@@ -39,7 +39,7 @@ from resilient_slurm.events import (
     HookVerdict,
     NodeAction,
 )
-from resilient_slurm.healthcheck.exits import EXIT_HEALTHY
+from resilient_slurm.healthcheck.exits import EXIT_HEALTHY, EXIT_UNHEALTHY
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import fleet, holds, node_repair, nodestate, verdict
 from resilient_slurm.hooks.config import HooksConfig
@@ -277,7 +277,8 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
     elif not healthy:
         state["healthy_streak"] = 0
     marker = state.get("drained")  # set before we drain: we may have drained this node
-    if healthy and not (may_resume and marker):
+    repairing = node_repair.enabled(config) and node_repair.pending(state, boot)
+    if healthy and not (may_resume and marker) and not repairing:
         if state != before:
             save_state(config, source, state)
         return status  # healthy, nothing of ours to undo: no Slurm call at all
@@ -288,6 +289,12 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
     try:
         node = slurm.node(ctx.node)  # this node only
         ours = nodestate.out_by_us(node, hook_settings.owner_prefix)
+        if repairing and not ours:  # back from a repair reboot, in service: not before validated
+            reason = node_repair.keep_out(ctx, events, slurm, hook_settings.owner_prefix,
+                                          repairing)
+            state["drained"] = {"reason": reason, "since": time.time()}
+            save_state(config, source, state)
+            return status if may_resume else EXIT_UNHEALTHY  # the prolog refuses the job
         if held and not ours:  # an admin resumed (or re-drained) the node: their call
             _released(events, [(h, "the node is no longer drained by us") for h in held])
             held = []
@@ -323,6 +330,8 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
             #                                     still land, and must be ours to undo
         elif decision.action == nodestate.RESUME or (healthy and not ours):
             state.pop("drained", None)
+            if decision.action == nodestate.RESUME:
+                state.pop("repair", None)  # validated (node_repair): the repair is over
         elif ours and not state.get("drained"):
             state["drained"] = {"reason": node.reason, "since": time.time()}
         if decision.action != nodestate.NONE:

@@ -165,6 +165,23 @@ def node_kill(root: str, node: str) -> list[int]:
     return killed
 
 
+def host_uptime() -> int:
+    """Seconds since the host booted, in whole seconds, also from inside a time namespace (a
+    rebooted sandbox node's slurmd runs its reboot program there): ``/proc/uptime`` minus the
+    namespace's boot-clock offset (``/proc/self/timens_offsets``)."""
+    with open("/proc/uptime", encoding="ascii") as f:
+        up = float(f.read().split()[0])
+    try:
+        with open("/proc/self/timens_offsets", encoding="ascii") as f:
+            for line in f:
+                words = line.split()
+                if words and words[0] == "boottime":
+                    up -= int(words[1])
+    except OSError:
+        pass  # a kernel without time namespaces: no offset to undo
+    return int(up)
+
+
 def node_start(root: str, node: str, timeout: float = 60.0, fresh_boot: bool = False) -> int:
     """Start ``node``'s slurmd again; returns its PID once the controller sees it respond.
 
@@ -184,9 +201,7 @@ def node_start(root: str, node: str, timeout: float = 60.0, fresh_boot: bool = F
         unshare = find_program("unshare")
         if unshare is None:
             raise SandboxError("unshare (util-linux) not found: a reboot cannot be simulated")
-        with open("/proc/uptime", encoding="ascii") as f:
-            up = int(float(f.read().split()[0]))
-        argv = [unshare, "--time", f"--boottime=-{up}", *argv]
+        argv = [unshare, "--time", f"--boottime=-{host_uptime()}", *argv]
     pid = spawn(argv, paths.p("log", f"slurmd-{node}.out"),
                 {**daemon_env(paths), NODE_ENV: node})
     daemons = meta.get("daemons")

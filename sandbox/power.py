@@ -30,6 +30,9 @@ from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.sandbox.procs import SandboxError
 
 
+REBOOTED = "# sandbox/power.py: the same hardware under a new boot id"
+
+
 def _detach() -> bool:
     """Double fork: True in the detached grandchild, False in the caller (which returns)."""
     if os.fork() > 0:
@@ -49,15 +52,20 @@ def new_boot(paths: Paths, node: str, fresh: bool) -> str:
     from resilient_slurm.healthcheck.simulate import install_scenario
 
     node_dir = paths.node_dir(node)
+    current = os.path.join(node_dir, "scenario.toml")
+    hardware = os.path.join(node_dir, "hardware.toml")  # the hardware a reboot keeps
     stamp = time.time_ns()
     if fresh:
         base = "healthy-p5"
     else:
-        base = os.path.join(node_dir, f"boot-{stamp}.toml")  # the hardware as it was
-        shutil.copyfile(os.path.join(node_dir, "scenario.toml"), base)
-        os.chmod(base, 0o600)
-    scenario = os.path.join(node_dir, f"boot-{stamp}-next.toml")
-    fsutil.atomic_write(scenario, f'base = "{base}"\n[kernel_log]\n'
+        with open(current, encoding="utf-8") as f:
+            rebooted_before = f.readline().startswith(REBOOTED)
+        if not rebooted_before:  # the hardware as `sandbox fault` last set it
+            shutil.copyfile(current, hardware)
+            os.chmod(hardware, 0o600)
+        base = hardware
+    scenario = os.path.join(node_dir, "next-boot.toml")
+    fsutil.atomic_write(scenario, f'{REBOOTED}\nbase = "{base}"\n[kernel_log]\n'
                                   f'boot_id = "sim-boot-{stamp}"\nuptime_s = 5\n', mode=0o600)
     return install_scenario(node_dir, scenario)
 
@@ -75,11 +83,26 @@ def _stop(root: str, node: str) -> None:
         pass  # already down
 
 
+def _shutdown(root: str, node: str) -> None:
+    """A clean shutdown: slurmd gets SIGTERM (as at a real reboot) and is waited for."""
+    import signal
+
+    pid = nodefaults.slurmd_pid(root, node)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        if nodefaults.slurmd_pid(root, node) is None:
+            break
+        time.sleep(0.1)
+    _stop(root, node)  # whatever is left (the watcher, a step)
+
+
 def reboot(root: str, node: str) -> None:
     time.sleep(1.0)  # the slurmd that ran us reports the reboot under way first
     paths = Paths(root)
     new_boot(paths, node, fresh=False)
-    _stop(root, node)
+    _shutdown(root, node)
     nodefaults.node_start(root, node, fresh_boot=True, timeout=30)
 
 
