@@ -161,6 +161,7 @@ def setup(paths: Paths) -> tuple[list[str], str]:
     on with a SuspendTime no sandbox node idles for) and the hooks' ``[repair]`` section."""
     bindir = paths.p("bin")
     os.makedirs(bindir, mode=0o755, exist_ok=True)
+    shutil.rmtree(paths.p("repair"), ignore_errors=True)  # a new cluster: no history
     for what in ("reboot", "suspend", "resume"):
         fsutil.atomic_write(os.path.join(bindir, what),
                             f"#!/bin/sh\nexec {sys.executable} -I -m resilient_slurm.sandbox.power"
@@ -169,7 +170,9 @@ def setup(paths: Paths) -> tuple[list[str], str]:
             f"SuspendProgram={os.path.join(bindir, 'suspend')}",
             f"ResumeProgram={os.path.join(bindir, 'resume')}",
             "SuspendTime=100000", "SuspendTimeout=15", "ResumeTimeout=60"]
-    section = ("[repair]\nenabled = true\nvalidate_budget_s = 30\n"
+    # A sandbox has a handful of nodes: max(3, 10%) per hour would stop one node's ladder
+    # (three reboots, then a replacement) within the hour.
+    section = ("[repair]\nenabled = true\nvalidate_budget_s = 30\nhourly_min = 10\n"
                f'ledger_file = "{paths.p("repair", "ledger.json")}"\n'
                f'events_file = "{paths.p("log", "repair-events.jsonl")}"\n')
     return conf, section
