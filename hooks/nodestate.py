@@ -67,9 +67,14 @@ def ours(node: Node, prefix: str) -> bool:
     return node.reason.startswith(prefix)
 
 
+POWER_FLAGS = frozenset({"POWER_DOWN", "POWERING_DOWN", "POWERED_DOWN", "POWERING_UP"})
+
+
 def out_by_us(node: Node, prefix: str) -> bool:
-    """Drained, or down (a repair reboot's ``nextstate=DOWN``), with our reason."""
-    return (node.drain or node.state == "DOWN") and ours(node, prefix)
+    """Drained, down (a repair reboot's ``nextstate=DOWN``) or being powered down or up (a
+    replacement), with our reason."""
+    out = node.drain or node.state == "DOWN" or bool(node.flags & POWER_FLAGS)
+    return out and ours(node, prefix)
 
 
 def decide(

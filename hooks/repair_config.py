@@ -48,14 +48,13 @@ class RepairConfig:
 
     def validate(self) -> None:
         check_finite(self, "repair")
-        from resilient_slurm.healthcheck.registry import REGISTRY, VALIDATE
+        from resilient_slurm.healthcheck.engine import CHECK_SETS  # every check declared
 
-        known = sorted(n for n, d in REGISTRY.items() if VALIDATE in d.sets)
-        if REGISTRY:
-            for name in self.validate_checks:
-                if name not in known:
-                    raise ConfigError("repair.validate_checks", f"unknown validation check "
-                                      f"{name!r} (known: {', '.join(known)})")
+        known = CHECK_SETS["validate"]
+        for name in self.validate_checks:
+            if name not in known:
+                raise ConfigError("repair.validate_checks", f"unknown validation check "
+                                  f"{name!r} (known: {', '.join(known)})")
         for name in ("ledger_file", "events_file"):
             if not getattr(self, name).startswith("/"):
                 raise ConfigError(f"repair.{name}", "must be an absolute path")

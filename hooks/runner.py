@@ -278,7 +278,8 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
         state["healthy_streak"] = 0
     marker = state.get("drained")  # set before we drain: we may have drained this node
     repairing = node_repair.enabled(config) and node_repair.pending(state, boot)
-    if healthy and not (may_resume and marker) and not repairing:
+    # No state at all (a new machine, a wiped disk): ask Slurm once whether we drained it.
+    if healthy and not (may_resume and (marker or not before)) and not repairing:
         if state != before:
             save_state(config, source, state)
         return status  # healthy, nothing of ours to undo: no Slurm call at all
