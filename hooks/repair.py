@@ -203,7 +203,9 @@ def one_pass(slurm: SlurmBackend, cfg: RepairConfig, *, prefix: str,
               why=why, repair_class=cls.name, ladder=list(cls.ladder))
     for name, node in nodes.items():  # Slurm clears the reason at a power up: set it again
         last = ledger.of(name)[-1] if ledger.of(name) else None
-        if node.drain and not node.reason and last is not None and last.step == "replace":
+        powering = node.flags & {"POWERING_UP", "POWERING_DOWN", "POWERED_DOWN"}
+        if node.drain and not node.reason and last is not None and last.step == "replace" \
+                and not powering:  # a drain while it powers up would stop its registration
             reason = lad.tagged(prefix, last.code, "", "replaced")
             actions.append(Action(name, "mark", last.cls, last.code, "powered up as a new "
                                   "machine: drained until validated"))

@@ -99,7 +99,9 @@ def _shutdown(root: str, node: str) -> None:
 
 
 def reboot(root: str, node: str) -> None:
-    time.sleep(1.0)  # the slurmd that ran us reports the reboot under way first
+    # The slurmd that ran us reports the reboot under way first, and the new boot must come
+    # after the request in whole seconds (slurmctld compares the boot time with it).
+    time.sleep(2.0)
     paths = Paths(root)
     new_boot(paths, node, fresh=False)
     _shutdown(root, node)
@@ -113,6 +115,8 @@ def suspend(root: str, nodes: Sequence[str]) -> None:
 
 def resume(root: str, nodes: Sequence[str]) -> None:
     paths = Paths(root)
+    # The new machine boots after Slurm asked for it: slurmctld compares whole seconds.
+    time.sleep(2.0)
     for node in nodes:
         _stop(root, node)
         _wipe_state(paths, node)

@@ -91,6 +91,11 @@ def cell_for(check: str, fault: str, tmp: str) -> Cell | None:
             return None
         tool = "fi_info" if check == "fi_info" else "dcgmi"
         return Cell(f'[tools.{tool}]\nbehavior = "{fault}"\n')
+    if check in ("allreduce_bw", "loopback_bw"):  # the validation set's bandwidth probes
+        if fault == "nvml_init" or (check == "allreduce_bw" and fault == "missing"):
+            return None  # no NVML; without all_reduce_perf the torch probe runs instead
+        tool = "all_reduce_perf" if check == "allreduce_bw" else "fi_pingpong"
+        return Cell(f'[tools.{tool}]\nbehavior = "{fault}"\n')
     if check == "storage":
         if fault == "nvml_init":
             return None

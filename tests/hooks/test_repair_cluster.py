@@ -50,13 +50,22 @@ def repair_events(sandbox: Paths, node: str) -> list[dict]:
     return [e for e in found if e.get("node") == node]
 
 
-def drive(sandbox: Paths, done, timeout: float) -> None:
-    """Run the controller's pass every few seconds (its timer) until ``done()``."""
+def drive(sandbox: Paths, done, timeout: float, node: str = "") -> None:
+    """Run the controller's pass every few seconds (its timer) until ``done()``; on a timeout
+    the assertion says where the node stands."""
     def step() -> bool:
         repair_pass(sandbox)
         return bool(done())
 
-    wait_until(step, timeout=timeout, every=3.0)
+    try:
+        wait_until(step, timeout=timeout, every=3.0)
+    except AssertionError as exc:
+        power = sandbox.p("log", "power.log")
+        seen = [(e["kind"], e.get("step") or e.get("outcome") or e.get("reason"))
+                for e in events(sandbox, node=node) if e["kind"] != "verdict"][-12:]
+        raise AssertionError(f"{exc}: {node} is {node_state(sandbox, node)}; events {seen}; "
+                             f"power.log {open(power).read() if os.path.exists(power) else ''}"
+                             ) from None
 
 
 def scenario(sandbox: Paths, name: str, text: str) -> str:
@@ -70,7 +79,7 @@ def test_a_reset_class_xid_on_an_idle_node_is_reset_validated_and_resumed(repair
     node = "node1"
     fault(repair_sandbox, node, "xid95")
     wait_until(lambda: node_state(repair_sandbox, node)[0] == "drained", timeout=60)
-    drive(repair_sandbox, lambda: in_service(repair_sandbox, node), timeout=180)
+    drive(repair_sandbox, lambda: in_service(repair_sandbox, node), timeout=180, node=node)
     kinds = [(e["kind"], e.get("step") or e.get("outcome")) for e in events(
         repair_sandbox, node=node) if e["kind"] in ("drain", "repair", "validation", "resume")]
     assert kinds[0] == ("drain", None)
@@ -95,11 +104,11 @@ def test_three_reboots_then_a_new_machine_that_validates_and_resumes(repair_sand
         boots.add(_boot(repair_sandbox, node))
         return any(e["step"] == "power_up" for e in repair_events(repair_sandbox, node))
 
-    drive(repair_sandbox, replaced, timeout=420)
+    drive(repair_sandbox, replaced, timeout=420, node=node)
     steps = [e["step"] for e in repair_events(repair_sandbox, node) if e["kind"] == "repair"]
     assert steps[:5] == ["reboot", "reboot", "reboot", "replace", "power_up"], steps
     assert len(boots) >= 4, boots  # three reboots, each a new boot id (then the new machine's)
-    drive(repair_sandbox, lambda: in_service(repair_sandbox, node), timeout=180)
+    drive(repair_sandbox, lambda: in_service(repair_sandbox, node), timeout=180, node=node)
     with open(repair_sandbox.p("log", "power.log"), encoding="utf-8") as f:
         power = f.read()  # Slurm ran the site's programs: SuspendProgram, then ResumeProgram
     assert power.index(f"suspend {node}") < power.index(f"resume {node}")
@@ -124,7 +133,7 @@ def test_a_node_that_fails_validation_stays_out_and_moves_up_its_ladder(repair_s
         return [e["step"] for e in repair_events(repair_sandbox, node)][:2] == [
             "reset_gpu", "reboot"]
 
-    drive(repair_sandbox, moved_up, timeout=240)
+    drive(repair_sandbox, moved_up, timeout=240, node=node)
     failed = [e for e in events(repair_sandbox, node=node)
               if e["kind"] == "validation" and e.get("outcome") == "failed"]
     assert failed and "ALLREDUCE_LOW" in failed[0]["codes"]
