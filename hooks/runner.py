@@ -278,8 +278,10 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
         state["healthy_streak"] = 0
     marker = state.get("drained")  # set before we drain: we may have drained this node
     repairing = node_repair.enabled(config) and node_repair.pending(state, boot)
-    # No state at all (a new machine, a wiped disk): ask Slurm once whether we drained it.
-    if healthy and not (may_resume and (marker or not before)) and not repairing:
+    # No state at all (a new machine, a wiped disk): ask Slurm whether we drained it, until
+    # it is in service or ours (a powered-up replacement is drained before its reason is set).
+    adopt = not before or state.get("adopt")
+    if healthy and not (may_resume and (marker or adopt)) and not repairing:
         if state != before:
             save_state(config, source, state)
         return status  # healthy, nothing of ours to undo: no Slurm call at all
@@ -331,10 +333,15 @@ def _act(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
             #                                     still land, and must be ours to undo
         elif decision.action == nodestate.RESUME or (healthy and not ours):
             state.pop("drained", None)
+            if adopt and (node.drain or node.state == "DOWN") and not node.reason:
+                state["adopt"] = True  # out, no reason yet: ask again next run
+            else:
+                state.pop("adopt", None)
             if decision.action == nodestate.RESUME:
                 state.pop("repair", None)  # validated (node_repair): the repair is over
         elif ours and not state.get("drained"):
             state["drained"] = {"reason": node.reason, "since": time.time()}
+            state.pop("adopt", None)
         if decision.action != nodestate.NONE:
             nodestate.apply(slurm, ctx.node, decision)
             events.emit(ACTION_EVENTS[decision.action], **NodeAction(
