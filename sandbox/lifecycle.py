@@ -154,17 +154,15 @@ def up(
     With ``hooks`` the project's prolog, epilog and HealthCheckProgram are installed under
     ``root`` and wired into slurm.conf, reading each node's simulated hardware from
     ``root/nodes/<node>/scenario.toml`` (``sandbox fault NODE SCENARIO`` changes it).
-    ``timing`` is ``"fast"`` (short timeouts) or ``"production"`` (Slurm's defaults), see
-    :data:`cluster.TIMINGS`; production tracks processes with proctrack/cgroup where this host
-    allows it (else linuxproc: :func:`tracking` says which and why). ``user`` names the
+    ``timing``: ``"fast"`` or ``"production"`` (:data:`cluster.TIMINGS`; production tracks
+    processes with proctrack/cgroup where it can, :func:`tracking` says). ``user`` names the
     unprivileged account jobs are submitted as (default ``rsjob``, created if missing);
     :func:`job_user` returns it. ``watch`` (with ``hooks``) also runs the node watcher
     (``resilient-health watch``, ``hooks/watch.py``) on every node, as root, as a production
-    node would run it as a service: a failing node is published and drained within seconds.
-    ``health_interval``: HealthCheckInterval in place of the timing's (300 is common on
-    production clusters). ``config_extra`` lines end the hooks' config (its ``[health]``
-    section), ``hooks_extra`` lines go into its ``[hooks]`` section. ``repair``: the repair loop,
-    with Slurm's reboot and power programs simulated (``sandbox/power.py``).
+    node runs it as a service. ``health_interval``: HealthCheckInterval in place of the
+    timing's. ``config_extra`` lines end the hooks' config (its ``[health]`` section),
+    ``hooks_extra`` lines go into its ``[hooks]``. ``repair``: the repair loop, with Slurm's
+    reboot and power programs simulated (``sandbox/power.py``).
     """
     profile = timing_profile(timing)
     if health_interval is not None:
@@ -211,9 +209,7 @@ def up(
     for n in names:
         os.makedirs(paths.node_dir(n), exist_ok=True)
     jobuser.make_node_memory(paths, names)
-    if repair:
-        conf, section = power_setup(paths)
-        plan.extra_conf, config_extra = [*plan.extra_conf, *conf], config_extra + section
+    config_extra += power_setup(paths, plan.extra_conf) if repair else ""
     if hooks:
         plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
                                                   profile.health_interval, hooks_extra),

@@ -29,7 +29,6 @@ from resilient_slurm.sandbox import nodefaults
 from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.sandbox.procs import SandboxError
 
-
 REBOOTED = "# sandbox/power.py: the same hardware under a new boot id"
 
 
@@ -160,9 +159,10 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def setup(paths: Paths) -> tuple[list[str], str]:
-    """What ``sandbox up --repair`` adds: slurm.conf lines (the three programs, power saving
-    on with a SuspendTime no sandbox node idles for) and the hooks' ``[repair]`` section."""
+def setup(paths: Paths, conf: list[str]) -> str:
+    """What ``sandbox up --repair`` adds: slurm.conf lines appended to ``conf`` (the three
+    programs, power saving on with a SuspendTime no sandbox node idles for); returns the hooks'
+    ``[repair]`` section."""
     bindir = paths.p("bin")
     os.makedirs(bindir, mode=0o755, exist_ok=True)
     shutil.rmtree(paths.p("repair"), ignore_errors=True)  # a new cluster: no history
@@ -170,13 +170,13 @@ def setup(paths: Paths) -> tuple[list[str], str]:
         fsutil.atomic_write(os.path.join(bindir, what),
                             f"#!/bin/sh\nexec {sys.executable} -I -m resilient_slurm.sandbox.power"
                             f" {paths.root} {what} \"$@\"\n", mode=0o755)
-    conf = [f"RebootProgram={os.path.join(bindir, 'reboot')}",
-            f"SuspendProgram={os.path.join(bindir, 'suspend')}",
-            f"ResumeProgram={os.path.join(bindir, 'resume')}",
-            "SuspendTime=100000", "SuspendTimeout=15", "ResumeTimeout=60"]
+    conf += [f"RebootProgram={os.path.join(bindir, 'reboot')}",
+             f"SuspendProgram={os.path.join(bindir, 'suspend')}",
+             f"ResumeProgram={os.path.join(bindir, 'resume')}",
+             "SuspendTime=100000", "SuspendTimeout=15", "ResumeTimeout=60"]
     # A sandbox has a handful of nodes: max(3, 10%) per hour would stop one node's ladder
     # (three reboots, then a replacement) within the hour.
     section = ("[repair]\nenabled = true\nvalidate_budget_s = 30\nhourly_min = 10\n"
                f'ledger_file = "{paths.p("repair", "ledger.json")}"\n'
                f'events_file = "{paths.p("log", "repair-events.jsonl")}"\n')
-    return conf, section
+    return section
