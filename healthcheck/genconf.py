@@ -158,7 +158,13 @@ def observe(gpu: GpuBackend, sysfs_root: str, tool_path: str,
     spec.require_fi_info = spec.efa > 0 and shutil.which("fi_info", path=tool_path) is not None
     if spec.efa and not spec.require_fi_info:
         obs.notes.append("EFA present but fi_info not found: fi_info not required")
+    obs.notes.append(f"{', '.join(FLOOR_KEYS)}: the validation's floors are not observed; set "
+                     "them from your fleet's median (`resilient-health validate` prints each "
+                     "node's figures) or a node will not validate")
     return obs
+
+
+FLOOR_KEYS = ("allreduce_busbw_gbps", "loopback_gbps")  # measured, never observed
 
 
 def default_name(obs: Observation) -> str:

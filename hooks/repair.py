@@ -233,5 +233,15 @@ def ladders(cfg: RepairConfig, nodes: Sequence[str] = ()) -> dict[str, list[dict
     return out
 
 
+def ladder_lines(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """``node3: reboot (GPU_LOST, 12-04 22:01) -> replace (...)``, one line per node."""
+    lines = []
+    for node, steps in sorted(found.items()):
+        when = [time.strftime("%m-%d %H:%M", time.localtime(s["time"])) for s in steps]
+        lines.append(f"{node}: " + " -> ".join(
+            f"{s['step']} ({s['code']}, {t})" for s, t in zip(steps, when, strict=True)))
+    return lines
+
+
 def dump(actions: Sequence[Action]) -> str:
     return json.dumps([a.__dict__ for a in actions], indent=2)

@@ -55,13 +55,8 @@ def repair_command(config_path: str | None, every: float | None, dry_run: bool,
     hooks: HooksConfig = config.section("hooks")
     if show_ladders:
         found = repair.ladders(cfg)
-        if as_json:
-            click.echo(json.dumps(found, indent=2))
-        for node, steps in sorted(found.items()):
-            if not as_json:
-                when = [time.strftime("%m-%d %H:%M", time.localtime(s["time"])) for s in steps]
-                click.echo(f"{node}: " + " -> ".join(
-                    f"{s['step']} ({s['code']}, {t})" for s, t in zip(steps, when, strict=True)))
+        click.echo(json.dumps(found, indent=2) if as_json else
+                   "\n".join(repair.ladder_lines(found)) or "no remediation in the ledger")
         return
     slurm = connect(conf=hooks.slurm_conf or None, backend="cli",
                     timeout=hooks.slurm_timeout_s, bin_dir=hooks.slurm_bin_dir)

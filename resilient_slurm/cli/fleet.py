@@ -178,6 +178,7 @@ def fleet_command(config_path: str | None, events_file: str | None, jobs_index: 
     """
     from resilient_slurm.config import ConfigError, load_config
     from resilient_slurm.events import read_events
+    from resilient_slurm.hooks import repair
 
     try:
         config = load_config(config_path)
@@ -203,12 +204,17 @@ def fleet_command(config_path: str | None, events_file: str | None, jobs_index: 
                    repeat_drains=settings.repeat_drains,
                    repeat_window_s=settings.repeat_window_s,
                    match_window_s=settings.match_window_s)
-    click.echo(json.dumps(to_json(ledger), default=str) if as_json else render(ledger, missing))
+    ladders = repair.ladders(config.section("repair"))
+    text = render(ledger, missing) + "\n" + "\n".join(
+        ["Repair ladders (resilient-slurm repair):", *("  " + x for x in repair.ladder_lines(
+            ladders))] if ladders else ["Repair ladders: none (no remediation in the ledger)"])
+    as_dict = {**to_json(ledger), "repair_ladders": ladders}
+    click.echo(json.dumps(as_dict, default=str) if as_json else text)
     if html_path:
         from resilient_slurm.cli.fleet_html import write_page
 
         try:
-            write_page(ledger, render(ledger, missing), html_path)
+            write_page(ledger, text, html_path)
         except OSError as exc:
             raise click.ClickException(f"cannot write {html_path}: {exc}") from None
         if not as_json:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from resilient_slurm.config import load_config, tomllib
 from resilient_slurm.healthcheck.cli import main
-from resilient_slurm.healthcheck.genconf import observe, render
+from resilient_slurm.healthcheck.genconf import FLOOR_KEYS, observe, render
 from resilient_slurm.healthcheck.profiles import shipped_profiles
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import Scenario, scenario_path
@@ -38,6 +38,9 @@ def test_healthy_p5_gives_the_shipped_p5_profile(tmp_path) -> None:
     got = _profile(out, "p5")
     want = dataclasses.asdict(shipped_profiles()["p5.48xlarge"])
     want["match"] = ["p5-*"]
+    for floor in FLOOR_KEYS:  # a bandwidth floor is measured by the validation, not observed
+        assert (got.pop(floor), want.pop(floor)) == (0.0, shipped_profiles()[
+            "p5.48xlarge"].__dict__[floor]) and floor in out + err
     assert got == want
     assert "NVIDIA H100 80GB HBM3" in out and "550.90.07" in out  # the header says from what
 
@@ -124,6 +127,7 @@ behavior = "missing"
         "ib_ports": 8, "ib_min_rate_gbps": 200.0, "nvlinks_per_gpu": 12, "nvswitch": False,
         "pcie_gen": 4, "pcie_width": 16, "require_dcgm": False, "require_fi_info": False,
         "require_ecc": True, "fabric_manager": True, "imex": False,  # as the base scenario
+        "allreduce_busbw_gbps": 0.0, "loopback_gbps": 0.0,  # measured, not observed
         "nvml_required": ["ecc", "ecc_mode", "remapped_rows", "clock_reasons", "utilization",
                           "temperature", "pcie"]}
     assert "dcgmi not found" in err

@@ -118,6 +118,11 @@ def test_three_reboots_then_a_new_machine_that_validates_and_resumes(repair_sand
         ledger = json.load(f)
     assert [a["step"] for a in ledger["attempts"] if a["node"] == node][:4] == [
         "reboot", "reboot", "reboot", "replace"]
+    fleet = subprocess.run([*CLI, "fleet", "--json", "--config",
+                            lifecycle.config_path(repair_sandbox)],
+                           capture_output=True, text=True, timeout=60, check=True)
+    shown = json.loads(fleet.stdout)["repair_ladders"][node]  # the fleet view shows the ladder
+    assert [s["step"] for s in shown][:4] == ["reboot", "reboot", "reboot", "replace"]
 
 
 def test_a_node_that_fails_validation_stays_out_and_moves_up_its_ladder(repair_sandbox):
