@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from resilient_slurm import proc
+from resilient_slurm.slurm import version_cache
 from resilient_slurm.slurm.hostlist import HostlistError, compress
 from resilient_slurm.slurm.model import Job, Node, SlurmError
 from resilient_slurm.slurm.parse import (
@@ -106,7 +107,7 @@ class CliSlurm:
         """(major, minor) of the installed Slurm client tools (cached in ``version_file``,
         keyed by the scontrol binary's path and mtime, when one is given)."""
         if self._version is None and self.version_file:
-            self._version = _cached_version(self.version_file, self.search)
+            self._version = version_cache.cached(self.version_file, self.search)
         if self._version is None:
             text = self._run(["scontrol", "--version"])
             m = re.search(r"(\d+)\.(\d+)", text)
@@ -114,7 +115,7 @@ class CliSlurm:
                 raise SlurmError(f"cannot read Slurm version from {text!r}")
             self._version = (int(m.group(1)), int(m.group(2)))
             if self.version_file:
-                _save_version(self.version_file, self.search, self._version)
+                version_cache.save(self.version_file, self.search, self._version)
         return self._version
 
     # -- reading --------------------------------------------------------------------------
@@ -380,35 +381,3 @@ def _checked(nodes: Iterable[str]) -> list[str]:
 def _check_name(node: str) -> None:
     if not node or not re.fullmatch(r"[A-Za-z0-9._\-\[\],]+", node):
         raise SlurmError(f"invalid node name {node!r}")
-
-
-def _version_key(search: str) -> dict[str, Any] | None:
-    exe = proc.resolve("scontrol", search)
-    if exe is None:
-        return None
-    st = os.stat(exe)
-    return {"exe": exe, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
-
-
-def _cached_version(path: str, search: str) -> tuple[int, int] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        key = _version_key(search)
-        if key is not None and data.get("key") == key:
-            major, minor = data["version"]
-            return int(major), int(minor)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
-
-
-def _save_version(path: str, search: str, version: tuple[int, int]) -> None:
-    from resilient_slurm.fsutil import atomic_write_json
-
-    try:
-        key = _version_key(search)
-        if key is not None:
-            atomic_write_json(path, {"key": key, "version": list(version)}, mode=0o600)
-    except OSError:
-        pass  # a cache: the next run asks again

@@ -6,8 +6,11 @@ import os
 from typing import Any
 
 from resilient_slurm.config import Config, load_config
-from resilient_slurm.healthcheck.config import ProfileSpec
+from resilient_slurm.healthcheck import checks_log as cl
+from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
+from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord
+from resilient_slurm.healthcheck.policy import load_policy
 
 
 def make_config(tmp: str, text: str = "", **health: Any) -> Config:
@@ -57,3 +60,15 @@ def snap(n: int = 8, **per_gpu: dict[str, Any]) -> GpuSnapshot:
         gpus.append(GpuInfo(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", f"00000000:{0x53 + i:02X}:00.0",
                             9, values, errors))
     return GpuSnapshot(driver="550", count=n, gpus=gpus)
+
+
+# -- kernel-log checks: a read of given lines, and the checks' context ---------------------
+def read(*lines: str, uptime: float = 86400.0, error: str = "") -> LogRead:
+    return LogRead("file", "boot", uptime, [LogRecord(i, None, t) for i, t in enumerate(lines)],
+                   {"source": "file", "boot_id": "boot", "seq": len(lines)}, error=error)
+
+
+def ctx(cfg: HealthConfig | None = None, gen: str = "hopper") -> cl.LogContext:
+    cfg = cfg or HealthConfig()
+    pci = {f"0000:{b}:00": (i, gen) for i, b in enumerate(["53", "64", "75", "86"])}
+    return cl.LogContext(cfg, lambda g: load_policy(g, cfg), pci, gen)

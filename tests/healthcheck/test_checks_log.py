@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, parse_line
-from resilient_slurm.healthcheck.policy import load_policy
+from resilient_slurm.healthcheck.kernlog import parse_line
+
+from .helpers import ctx, read
 
 XID79 = ("[86390.112233] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, "
          "GPU has fallen off the bus.")
@@ -15,17 +16,6 @@ SXID_FATAL = ("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 
 SXID_NONFATAL = ("nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Non-fatal, Link 30 LTSSM "
                  "Fault Up")
 EFA_DEAD = "efa 0000:a8:00.0 rdmap168s0: Admin queue is closed"  # efa_com.c
-
-
-def read(*lines: str, uptime: float = 86400.0, error: str = "") -> LogRead:
-    return LogRead("file", "boot", uptime, [LogRecord(i, None, t) for i, t in enumerate(lines)],
-                   {"source": "file", "boot_id": "boot", "seq": len(lines)}, error=error)
-
-
-def ctx(cfg: HealthConfig | None = None, gen: str = "hopper") -> cl.LogContext:
-    cfg = cfg or HealthConfig()
-    pci = {f"0000:{b}:00": (i, gen) for i, b in enumerate(["53", "64", "75", "86"])}
-    return cl.LogContext(cfg, lambda g: load_policy(g, cfg), pci, gen)
 
 
 def test_parse_shapes():

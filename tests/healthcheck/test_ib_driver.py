@@ -19,8 +19,7 @@ from resilient_slurm.healthcheck.klog_rdma import parse_rdma
 from resilient_slurm.healthcheck.policy import efa_rules
 from resilient_slurm.healthcheck.seams import check_node
 
-from .helpers import by_check, make_config
-from .test_checks_log import ctx, read
+from .helpers import by_check, ctx, make_config, read
 
 # efa_com.c efa_com_wait_and_process_admin_cq_interrupts(): "The device didn't send any
 # completion for admin cmd %s(%d) status %d (ctx 0x%p, sq producer: %d, sq consumer: %d, cq
