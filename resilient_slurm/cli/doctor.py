@@ -112,8 +112,12 @@ def findings(conf: str | None, ft_launcher: str, hooks: bool = True) -> list[Fin
         out.append(Finding(OK, "slurm version", f"{major}.{minor:02d}"))
     except SlurmError as exc:
         out.append(Finding(WARN, "slurm version", f"unknown: {slurm_cause(exc)}"))
-    backend, why = backend_choice(conf=conf)
-    out.append(Finding(INFO, "slurm backend", f"{backend} ({why})"))
+    try:
+        backend, why = backend_choice(conf=conf)
+        out.append(Finding(FAIL if backend == "unusable" else INFO, "slurm backend",
+                           f"{backend} ({why})"))
+    except SlurmError as exc:
+        out.append(Finding(FAIL, "slurm backend", str(exc)))
     nvrx = nvrx_version()
     if nvrx:
         out.append(Finding(OK, "nvidia-resiliency-ext", nvrx))

@@ -21,11 +21,11 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture(params=["cli", "pyslurm"])
 def slurm(request, sandbox):
     """The seam, once per backend; pyslurm's run only where a matching pyslurm imports."""
-    from resilient_slurm.slurm import backend_choice
+    from resilient_slurm.slurm import pyslurm_usable
 
     if request.param == "pyslurm":
-        chosen, why = backend_choice(conf=sandbox.conf)
-        if chosen != "pyslurm":
+        usable, why = pyslurm_usable(conf=sandbox.conf)
+        if not usable:
             pytest.skip(f"pyslurm backend unavailable here: {why}")
     return connect(conf=sandbox.conf, backend=request.param, timeout=10)
 
