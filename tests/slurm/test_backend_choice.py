@@ -81,8 +81,12 @@ def test_the_launcher_follows_the_choice(matching_pyslurm, monkeypatch, tmp_path
                         lambda *_a: plan.Features(frozenset({"--term-timeout"}), "0.4.1"))
     used: list[object] = []
     real_print = cli._print_plan
-    monkeypatch.setattr(cli, "_print_plan", lambda slurm, *a: (used.append(slurm),
-                                                                real_print(slurm, *a)))
+
+    def print_plan(slurm: object, *a: object) -> None:
+        used.append(slurm)
+        real_print(slurm, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli, "_print_plan", print_plan)
     argv = ["--dry-run", "--nproc-per-node=1", "--checkpoint-dir", str(tmp_path / "ck"), "t.py"]
     monkeypatch.delenv(select.BACKEND_ENV, raising=False)
     res = CliRunner().invoke(cli.main, argv)
