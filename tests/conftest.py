@@ -2,7 +2,8 @@
 
 Slurm is never faked. Where the machine cannot run the sandbox (not root, slurm-wlm missing),
 tests that need it are skipped with the reason, unless RESILIENT_REQUIRE_SLURM=1 (set by
-`make test` and CI), in which case they fail loudly instead.
+`make test` and CI), in which case they fail loudly instead; there, any other skip outside a
+short allow-list fails too (tests/skip_policy.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ import pytest
 
 from resilient_slurm.sandbox import jobuser, lifecycle
 from resilient_slurm.sandbox.cluster import Paths, SandboxError, preflight
+
+# The skip policy (tests/skip_policy.py): in `make test`, `make test-unit` and the CI stages a
+# skip outside the allow-list (pyslurm, CUDA) fails the run. Imported here so every run over
+# tests/ loads its hooks.
+from tests.skip_policy import (  # noqa: F401
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+)
 
 T = TypeVar("T")
 

@@ -44,6 +44,7 @@ SELECT=(
     -n "${STAGE_WORKERS:-2}" --dist loadgroup
     tests/slurm/test_seam_cluster.py
     tests/slurm/test_doctor.py
+    tests/test_skip_policy.py
     tests/hooks/test_hooks_cluster.py
     tests/training/test_checkpoint.py
     tests/launcher/test_launch_slurm.py
