@@ -1,10 +1,13 @@
-"""Blame decisions, the strike ledger and the requeue sequence (pure / faked seam)."""
+"""Blame decisions, the strike ledger and the requeue sequence's pure parts (no Slurm here:
+the requeue sequence itself runs against the sandbox, tests/launcher/test_requeue_slurm.py)."""
 
 from __future__ import annotations
 
+import time
+
 from resilient_slurm.launcher import blame, ledger, requeue
 from resilient_slurm.launcher.blame import NodeEvidence as E
-from resilient_slurm.slurm import Job, SlurmError
+from resilient_slurm.slurm import SlurmError
 
 
 def healthy(node: str, **kw) -> E:
@@ -68,51 +71,6 @@ def test_corrupt_ledger_is_set_aside(tmp_path) -> None:
     assert (tmp_path / "ledger.json.corrupt").exists()
 
 
-class FakeSlurm:
-    def __init__(self, kill_first: bool = False) -> None:
-        self.calls: list[tuple] = []
-        self.state, self.held, self.kill_first = "RUNNING", False, kill_first
-
-    def requeue(self, job_id: int, hold: bool = False, timeout: float | None = None) -> None:
-        self.calls.append(("requeue", hold))
-        self.state, self.held = "PENDING", hold
-        if self.kill_first:  # scontrol killed by the SIGTERM after the requeue took effect
-            self.kill_first = False
-            raise SlurmError("scontrol: killed")
-
-    def set_excluded(self, job_id: int, nodes: list[str], timeout: float | None = None) -> None:
-        self.calls.append(("exclude", tuple(nodes)))
-
-    def release(self, job_id: int, timeout: float | None = None) -> None:
-        self.calls.append(("release",))
-        self.held = False
-
-    def job(self, job_id: int, timeout: float | None = None) -> Job:
-        return Job(job_id, "j", self.state, held=self.held)
-
-
-def test_requeue_sequence_with_exclusion() -> None:
-    s = FakeSlurm(kill_first=True)
-    assert requeue.requeue_excluding(s, 5, ["n3"]) == requeue.Result(requeued=True)
-    # never held: a plain requeue, then the update while the job waits out cred_expire
-    assert s.calls == [("requeue", False), ("exclude", ("n3",))] and not s.held
-
-
-def test_plain_requeue_without_exclusion() -> None:
-    s = FakeSlurm()
-    assert requeue.requeue_excluding(s, 5, []) == requeue.Result(requeued=True)
-    assert s.calls == [("requeue", False)]
-
-
-def test_requeue_refused_reports_error() -> None:
-    class Refusing(FakeSlurm):
-        def requeue(self, job_id: int, hold: bool = False,
-                    timeout: float | None = None) -> None:
-            raise SlurmError("Requested operation is disabled")
-
-    assert "disabled" in requeue.requeue_excluding(Refusing(), 5, ["n3"], budget_s=0.3).error
-
-
 def test_teardown_kill_is_no_strike_but_never_started_is() -> None:
     # n2 started, was asked to stop and was killed after KillWait (no exit record): slow to
     # stop, not faulty. n3 never started: it never answered.
@@ -156,27 +114,23 @@ def test_strikes_decay_with_progress_and_readmit() -> None:
     assert led.usable(["n3"]) == ["n3"] and "n3" not in led.excluded_at
 
 
-def test_requeue_merges_the_users_exclusions() -> None:
-    class Excluding(FakeSlurm):
-        def job(self, job_id: int, timeout: float | None = None) -> Job:
-            return Job(job_id, "j", self.state, held=self.held, excluded=("n9",))
+def test_retry_takes_any_exception_as_a_failure_and_reports_it() -> None:
+    """A parsing bug (KeyError) is retried and reported like a SlurmError, never an escape."""
+    calls: list[int] = []
 
-    s = Excluding()
-    assert requeue.requeue_excluding(s, 5, ["n3"]) == requeue.Result(requeued=True)
-    assert ("exclude", ("n3", "n9")) in s.calls
+    def broken() -> None:
+        calls.append(1)
+        raise KeyError("job_state")
 
+    err = requeue._retry(broken, time.monotonic() + 0.6, 0.2)
+    assert err == "KeyError: 'job_state'" and len(calls) >= 2
+    assert requeue._retry(lambda: None, time.monotonic() + 1, 0.2) == ""
 
-def test_requeue_never_holds_whatever_fails() -> None:
-    class Broken(FakeSlurm):
-        def job(self, job_id: int, timeout: float | None = None) -> Job:
-            if self.state == "PENDING":
-                raise KeyError("job_state")  # an unreadable record, not a SlurmError
-            return super().job(job_id)
+    def refused() -> None:
+        raise SlurmError("Requested operation is disabled")
 
-    s = Broken()
-    res = requeue.requeue_excluding(s, 5, ["n3"], budget_s=1.0)
-    assert res.requeued and "KeyError" in res.error
-    assert all(c[:2] != ("requeue", True) for c in s.calls) and not s.held
+    assert requeue._retry(refused, time.monotonic() + 0.3, 0.2, done=lambda: True) == ""
+    assert "disabled" in requeue._retry(refused, time.monotonic() + 0.3, 0.2)
 
 
 def test_requeue_budget_fits_kill_wait() -> None:

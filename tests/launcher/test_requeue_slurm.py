@@ -1,13 +1,17 @@
-"""The launcher's requeue sequence on the real sandbox, run as the job's own (unprivileged) user.
+"""The launcher's requeue sequence (``requeue_excluding``) on the real sandbox.
 
-The unit tests in test_blame_ledger.py drive every failure branch of ``requeue_excluding``;
-these prove the two promises that matter against real Slurm: the user's own ``--exclude``
-survives (merged, never replaced) and the job ends requeued, never held.
+The promises that matter, against real Slurm: the user's own ``--exclude`` survives (merged,
+never replaced); from inside the job's own batch script (the launcher's case: Slurm's SIGTERM
+reaches the batch script and the ``scontrol`` call right after the requeue took effect) the job
+ends requeued with the exclusion, or, with nothing to exclude, unchanged; a refused requeue is
+an error and leaves the job as it was; a refused update after the requeue is a warning and the
+job still ends requeued. Never held, whatever fails.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -59,3 +63,97 @@ def test_requeue_as_user_merges_users_exclude_and_never_holds(sandbox, slurm, jo
         assert job.restart_count == 1 and job.state in ("PENDING", "REQUEUED", "COMPLETING"), job
     finally:
         slurm.cancel(job_id)
+
+
+# The launcher's requeue from inside its batch script (root's job here): as ``requeue.take``,
+# SIGTERM ignored, the sequence within ``budget_for(KillWait)``; the requeued run does nothing.
+REQUEUE_IN_JOB = """
+import json, os, signal, sys
+from resilient_slurm.launcher import requeue
+from resilient_slurm.slurm import connect
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    out, exclude = sys.argv[1], sys.argv[2:]
+    exclude = [os.environ["SLURMD_NODENAME"] if n == "OWN" else n for n in exclude]
+    slurm = connect(backend="cli", timeout=10)
+    budget = requeue.budget_for(slurm.kill_wait())
+    res = requeue.requeue_excluding(slurm, int(os.environ["SLURM_JOB_ID"]), exclude,
+                                    budget_s=budget)
+    with open(out + ".tmp", "w") as fh:
+        json.dump({"requeued": res.requeued, "error": res.error, "excluded": exclude}, fh)
+    os.replace(out + ".tmp", out)
+"""
+
+
+def _submit_root(slurm, sandbox, tmp_path, name: str, script_args: list[str],
+                 options: tuple[str, ...] = ("--requeue",)) -> tuple[int, str]:
+    (tmp_path / "requeue_in_job.py").write_text(REQUEUE_IN_JOB)
+    out = str(tmp_path / f"{name}.json")
+    script = tmp_path / f"{name}.sbatch"
+    script.write_text(f"#!/bin/bash\nexec {sys.executable} {tmp_path / 'requeue_in_job.py'} "
+                      f"{out} {' '.join(script_args)}\n")
+    env = {**os.environ, "SLURM_CONF": sandbox.conf}
+    jid = slurm.submit(str(script), ["-N1", f"--output={tmp_path}/{name}-%j.out", *options],
+                       env=env)
+    return jid, out
+
+
+def _submit_sleep(slurm, sandbox, tmp_path, requeue_opt: str) -> int:
+    script = tmp_path / "sleep.sbatch"
+    script.write_text("#!/bin/bash\nexec sleep 600\n")
+    return slurm.submit(str(script), ["-N1", requeue_opt, "--output=/dev/null"],
+                        env={**os.environ, "SLURM_CONF": sandbox.conf})
+
+
+def _wait_file(path: str, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as fh:
+                return json.load(fh)
+        time.sleep(0.3)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.parametrize("exclude", [["OWN"], []], ids=["own-node", "nothing"])
+def test_requeue_from_inside_the_job_never_holds(clean, sandbox, slurm, tmp_path,
+                                                 exclude) -> None:
+    jid, out = _submit_root(slurm, sandbox, tmp_path, "inside", exclude)
+    try:
+        res = _wait_file(out)
+        assert res["requeued"] and res["error"] == "", (res, list(tmp_path.iterdir()))
+        job = slurm.job(jid)
+        assert not job.held and job.restart_count == 1, job
+        assert set(job.excluded) == set(res["excluded"]), job
+    finally:
+        slurm.cancel(jid)
+
+
+def test_a_refused_requeue_is_an_error_and_the_job_runs_on(clean, sandbox, slurm,
+                                                           tmp_path) -> None:
+    from resilient_slurm.launcher import requeue
+
+    jid = _submit_sleep(slurm, sandbox, tmp_path, "--no-requeue")
+    try:
+        _wait_running(slurm, jid)
+        res = requeue.requeue_excluding(slurm, jid, ["node3"], budget_s=3.0)
+        assert not res.requeued and res.error.startswith("requeue: "), res
+        job = slurm.job(jid)
+        assert job.state == "RUNNING" and not job.held and job.restart_count == 0, job
+    finally:
+        slurm.cancel(jid)
+
+
+def test_a_refused_update_after_the_requeue_still_never_holds(clean, sandbox, slurm,
+                                                              tmp_path) -> None:
+    from resilient_slurm.launcher import requeue
+
+    jid = _submit_sleep(slurm, sandbox, tmp_path, "--requeue")
+    try:
+        _wait_running(slurm, jid)
+        res = requeue.requeue_excluding(slurm, jid, ["no-such-node"], budget_s=4.0)
+        assert res.requeued and "ExcNodeList/request not updated" in res.error, res
+        job = slurm.job(jid)
+        assert not job.held and job.restart_count == 1 and not job.excluded, job
+    finally:
+        slurm.cancel(jid)
