@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import importlib._bootstrap
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _bootstrap: Any = importlib._bootstrap  # the loader every import statement goes through
@@ -56,6 +58,16 @@ class ImportGuard:
 
     def deactivate(self) -> None:
         self.lock = None
+
+    @contextmanager
+    def holding(self, lock: Any) -> Iterator[None]:
+        """Installed and active with ``lock`` for the block (the training function's run)."""
+        self.install()
+        self.activate(lock)
+        try:
+            yield
+        finally:
+            self.uninstall()
 
     def _find_and_load(self, name: str, import_: Any) -> Any:
         lock = self.lock

@@ -28,10 +28,7 @@ What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md
   only when the main thread runs bytecode. From the abort until finalize, a thread sends the
   main thread ``SIGURG`` (a no-op Python handler) every 50 ms, so ``time.sleep`` or a blocking
   read returns into the interpreter.
-* **imports never interrupted** (``resilient_slurm.training.import_guard``): a restart raised
-  inside a module's first import breaks that module for the life of the process, and every
-  later restart fails the same way; a first import holds the Wrapper's atomic lock, so the
-  restart waits for it.
+* **imports never interrupted**: a restart waits for a first import (``import_guard``).
 * **stores outside the ranks**: the Wrapper's store and the app store are clients of a
   ``TCPStore`` hosted by the launcher (``resilient-inprocess-store``), under a prefix per
   launch, so the death of rank 0 does not take them down.
@@ -181,12 +178,11 @@ class _Abort(nvrx.abort.Abort):
 
 
 class _Finalize(nvrx.finalize.Finalize):
-    def __init__(self, waker: Waker, imports: ImportGuard) -> None:
-        self.waker, self.imports = waker, imports
+    def __init__(self, waker: Waker) -> None:
+        self.waker = waker
 
     def __call__(self, state: Any) -> Any:
         _trace("finalize")
-        self.imports.deactivate()
         self.waker.stop()
         if dist.is_initialized():
             try:
@@ -290,14 +286,12 @@ def _iteration(call: nvrx.CallWrapper, fn, kept):  # type: ignore[no-untyped-def
         print(f"[inprocess] restart limit ({kept.settings.max_iterations}) reached: leaving "
               "the restart to the launcher", flush=True)
         raise SystemExit(EXIT_BELOW_MIN)  # an Exception here would only restart again
-    kept.imports.activate(call.atomic_lock)  # a restart waits for a first import to finish
     try:
-        return fn(ctx)
+        with kept.imports.holding(call.atomic_lock):  # a restart waits for a first import
+            return fn(ctx)
     except ConfigurationError as exc:  # the same on every attempt: never re-entered
         print(f"[inprocess] configuration error, not restarted: {exc}", flush=True)
         raise SystemExit(EXIT_CONFIG) from exc
-    finally:
-        kept.imports.deactivate()
 
 
 def _initial_ranks(call: Any, first: int, end: int) -> set[int]:
@@ -337,14 +331,13 @@ def _record_node(settings: Settings) -> None:
     del client
 
 
-def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort,
-            imports: ImportGuard) -> Any:
+def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
     host, port = settings.host_port()
     return nvrx.Wrapper(
         store_factory=ExternalStore,
         store_kwargs={"host_name": host, "port": port, "prefix": settings.prefix},
         abort=_Abort(sockets, waker),
-        finalize=_Finalize(waker, imports),
+        finalize=_Finalize(waker),
         monitor_thread_interval=_td(settings.monitor_thread_interval),
         monitor_process_interval=_td(settings.monitor_process_interval),
         progress_watchdog_interval=_td(settings.progress_watchdog_interval),
@@ -391,8 +384,7 @@ def run(fn: TrainFn, settings: Settings) -> Any:
     kept = _Kept(settings)
     _record_node(settings)
     waker = Waker(settings.wake_interval)
-    wrapped = wrapper(settings, waker, kept.sockets, kept.imports)(_iteration)
-    kept.imports.install()
+    wrapped = wrapper(settings, waker, kept.sockets)(_iteration)
     # The Wrapper runs `while gc.collect()` before each restart: with torch imported a full
     # collection took 0.6-0.9 s here. Objects alive now (modules, classes) are never garbage:
     # freeze them out of the collector's scans.
@@ -404,6 +396,5 @@ def run(fn: TrainFn, settings: Settings) -> Any:
         time.sleep(2 * settings.monitor_process_interval)
         return result
     finally:
-        kept.imports.uninstall()
         waker.stop()
         gc.unfreeze()
