@@ -134,6 +134,17 @@ def test_node_fault_requeue(slurm, clean, tmp_path):
             if x.name == "resilient_job_node_lost_gpu_seconds":
                 lost[(x.labels["node"], x.labels["cause"])] = x.value
     assert lost[("node3", "requeue_wait")] > 0 and lost[("node3", "recovery")] > 0, lost
+    # the fleet ledger over the node log and the index names node3, with the job's own figure
+    fleet = json.loads(subprocess.run(
+        [os.path.join(BIN, "resilient-slurm"), "fleet", "--config", "/dev/null", "--events",
+         clean.p("log", "events.jsonl"), "--jobs-index", str(index), "--json"],
+        capture_output=True, text=True, timeout=120, check=True).stdout)
+    assert fleet["worst_node"] == "node3", fleet["nodes"]
+    own = json.loads(subprocess.run([os.path.join(BIN, "resilient-slurm"), "report", state,
+                                     "--json"], capture_output=True, text=True, timeout=120,
+                                    check=True).stdout)["badput"]
+    job_node3 = sum(f["gpu_hours"] for f in own["faults"] if f["node"] == "node3")
+    assert abs(fleet["nodes"]["node3"]["lost_gpu_hours"] - job_node3) <= 0.05 * job_node3
 
 
 def test_deterministic_crash_verdict(slurm, clean, tmp_path):
