@@ -26,7 +26,7 @@ from resilient_slurm.launcher import (
     torchrun_args,
 )
 from resilient_slurm.launcher.exits import EXIT_ERROR, EXIT_MEANINGS, EXIT_USAGE
-from resilient_slurm.launcher.launch_env import launch_options
+from resilient_slurm.launcher.launch_env import launch_options, script_checkpoint_dir
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
@@ -63,15 +63,6 @@ ledger.json (strikes, exclusions, budgets), cycles/<r>-<c>/ (per-node start and 
 records, published verdicts read on the nodes, torchelastic logs).
 Report: resilient-slurm report STATE_DIR.
 """
-
-
-def _default_ckpt(args: tuple[str, ...]) -> str | None:
-    for i, a in enumerate(args):
-        if a.startswith("--checkpoint-dir="):
-            return a.split("=", 1)[1]
-        if a == "--checkpoint-dir" and i + 1 < len(args):
-            return args[i + 1]
-    return None
 
 
 def default_state_dir(job_id: int, ckpt: str | None) -> str:
@@ -266,7 +257,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
             "verdict_path") is click.core.ParameterSource.ENVIRONMENT, env)
     except ConfigError as exc:
         _die(f"health verdicts: {exc}")
-    ckpt = checkpoint_dir or _default_ckpt(args)
+    ckpt = checkpoint_dir or script_checkpoint_dir(args)
     ckpt = os.path.abspath(ckpt) if ckpt else None
     sdir = os.path.abspath(state_dir or default_state_dir(alloc.job_id, ckpt))
     try:

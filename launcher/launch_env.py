@@ -1,4 +1,5 @@
-"""The launch options a parsed ``resilient-launch`` command line gives each cycle
+"""Where the script saves (:func:`script_checkpoint_dir`, from its own arguments), the
+launch options a parsed ``resilient-launch`` command line gives each cycle
 (:func:`launch_options`), and the ranks' environment they add: the heartbeat floor when the
 user chose no heartbeat timeout (:func:`adapt_env`), the instrumentation's bootstrap unless
 ``--no-instrument`` (:func:`instrument_env`)."""
@@ -50,3 +51,31 @@ def adapt_env(ctx: click.Context) -> dict[str, str]:
             or "rank_heartbeat_timeout" in user:
         return {}
     return {"RESILIENT_HEARTBEAT_FLOOR": f"{ctx.params['heartbeat_floor']:g}"}
+
+
+# The script's own argument naming its checkpoint directory, as the frameworks' users spell it
+# (the last dotted part of a config-style flag: --trainer.callbacks.dirpath, torchtitan's
+# --checkpoint.folder under --job.dump_folder is not followed).
+CHECKPOINT_FLAGS = frozenset({
+    "checkpoint-dir", "checkpoint_dir", "checkpointdir", "ckpt-dir", "ckpt_dir", "ckptdir",
+    "checkpoint-path", "checkpoint_path", "ckpt-path", "ckpt_path", "save-dir", "save_dir",
+    "savedir", "save", "output-dir", "output_dir", "outdir", "out-dir", "out_dir", "dirpath",
+    "default-root-dir", "default_root_dir", "checkpoints-dir", "checkpoints_dir"})
+
+
+def script_checkpoint_dir(args: tuple[str, ...] | list[str]) -> str | None:
+    """The checkpoint directory the script's arguments name (``--ckpt-dir D``,
+    ``--output_dir=D``, ``--trainer.callbacks.dirpath D``...: :data:`CHECKPOINT_FLAGS`);
+    the first one given, None when none is."""
+    for i, a in enumerate(args):
+        if not a.startswith("--"):
+            continue
+        name, eq, value = a[2:].partition("=")
+        if name.rsplit(".", 1)[-1].lower() not in CHECKPOINT_FLAGS:
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") \
+                else ""
+        if value:
+            return value
+    return None

@@ -30,15 +30,22 @@ from dataclasses import dataclass
 from resilient_slurm.events import Checkpoint as CheckpointEvent
 from resilient_slurm.events import EventKind, EventLog, NoProgressSignal, read_events
 from resilient_slurm.events import Progress as ProgressEvent
+from resilient_slurm.launcher.ckpt_meta import torch_zip_step
 from resilient_slurm.training.layout import COMMIT_MARKER
 
 # Completion markers: our own checkpoint layout's first (training/layout.py), then common ones.
 MARKERS = (COMMIT_MARKER, "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
-           "_SUCCESS", "SUCCESS", "_COMPLETE")
+           "_SUCCESS", "SUCCESS", "_COMPLETE",
+           # the frameworks' last file of a save: Hugging Face Trainer's checkpoint-N/,
+           # Accelerate's checkpoint_N/ (rank 0's RNG state, after models and optimizers)
+           "trainer_state.json", "random_states_0.pkl")
+FRAMEWORK_OF = {"trainer_state.json": "hf-trainer", "random_states_0.pkl": "accelerate"}
 DCP_METADATA = ".metadata"
 MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
 _NUMBER = re.compile(r"(\d+)(?!.*\d)")  # the last number in a name
 _LIGHTNING = re.compile(r"step=(\d+).*\.ckpt$")
+_STEP_FOLDER = re.compile(r"^(checkpoint|step|iter|global_step|ckpt)[-_]?\d+$", re.I)
+_LIGHTNING_LAST = re.compile(r"^last(-v\d+)?\.ckpt$")  # its step: in the file (ckpt_meta)
 _NVRX_LOCAL = re.compile(r"^iter_(\d+)_\d+_local\.pt$")
 MAX_DEPTH = 3
 
@@ -47,7 +54,8 @@ MAX_DEPTH = 3
 class Checkpoint:
     step: int
     path: str
-    layout: str  # "marker:NAME", "dcp", "megatron", "lightning", "nvrx-local"
+    layout: str  # "marker:NAME", "dcp", "megatron", "lightning", "hf-trainer", "accelerate",
+    # "nvrx-local"
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ def _candidates(root: str, entries: Iterable[os.DirEntry[str]],
                     yield Checkpoint(int(text), e.path, "megatron")
             elif (m := _LIGHTNING.search(name)) is not None:
                 yield Checkpoint(int(m.group(1)), e.path, "lightning")
+            elif _LIGHTNING_LAST.match(name) and (step := torch_zip_step(e.path)) is not None:
+                yield Checkpoint(step, e.path, "lightning")
             elif (m := _NVRX_LOCAL.match(name)) is not None:
                 yield Checkpoint(int(m.group(1)), e.path, "nvrx-local")
             continue
@@ -92,7 +102,7 @@ def _candidates(root: str, entries: Iterable[os.DirEntry[str]],
             continue
         for marker in markers:
             if os.path.isfile(os.path.join(e.path, marker)):
-                yield Checkpoint(step, e.path, f"marker:{marker}")
+                yield Checkpoint(step, e.path, FRAMEWORK_OF.get(marker, f"marker:{marker}"))
                 break
         else:
             if os.path.isfile(os.path.join(e.path, DCP_METADATA)):
@@ -137,6 +147,27 @@ def reported_step(events_path: str, since: float = 0.0) -> int | None:
     return best
 
 
+def checkpoint_root(path: str) -> str:
+    """The checkpoint directory a saved path lies in: a file's folder, and above a folder
+    named by its step (``checkpoint-10/``, ``step-20/``, ``checkpoint_3/``)."""
+    path = os.path.normpath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if _STEP_FOLDER.match(os.path.basename(folder)):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def learned_dir(events_path: str) -> str | None:
+    """The checkpoint directory of the newest save the instrumented ranks reported
+    (``checkpoint`` events of the training with a ``path``), or None."""
+    path = None
+    for e in read_events(events_path):
+        if e.get("kind") == EventKind.CHECKPOINT and e.get("source") == "training" \
+                and isinstance(e.get("path"), str):
+            path = e["path"]
+    return checkpoint_root(path) if path else None
+
+
 def observe(checkpoint_dir: str | None, events_path: str, marker: str | None = None) -> Progress:
     """The job's progress mark now, from step reports and checkpoints."""
     reported = reported_step(events_path)
@@ -161,10 +192,17 @@ class Tracker:
         self.checkpoint_seen: int | None = None  # the newest checkpoint step recorded
         self.said_no_signal = False
 
+    def _learn(self) -> None:
+        """Without a checkpoint directory: the one the instrumented ranks' saves show."""
+        if self.checkpoint_dir is None:
+            self.checkpoint_dir = learned_dir(self.events_path)
+
     def step(self) -> int | None:
+        self._learn()
         return observe(self.checkpoint_dir, self.events_path, self.marker).step
 
     def finished_cycle(self) -> Progress:
+        self._learn()
         p = observe(self.checkpoint_dir, self.events_path, self.marker)
         if not p.known and not self.said_no_signal:
             self.said_no_signal = True
@@ -177,6 +215,7 @@ class Tracker:
 
     def note_checkpoint(self) -> None:
         """The progress of a script that reports no steps, for the report's goodput."""
+        self._learn()
         ckpt = newest_checkpoint(self.checkpoint_dir, self.marker)
         if ckpt is not None and (self.checkpoint_seen is None or ckpt.step > self.checkpoint_seen):
             self.checkpoint_seen = ckpt.step
