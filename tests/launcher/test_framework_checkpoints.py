@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.events import EventLog
+from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.launcher import progress
 from resilient_slurm.launcher.ckpt_meta import torch_zip_step
 from resilient_slurm.launcher.launch_env import CHECKPOINT_FLAGS, script_checkpoint_dir
@@ -76,7 +76,7 @@ def test_directory_learned_from_the_ranks_saves(tmp_path: Path) -> None:
     (out / "checkpoint-10").mkdir(parents=True)
     (out / "checkpoint-10" / "trainer_state.json").write_text("{}")
     log = EventLog(events, "training")
-    log.emit("checkpoint", step=10, layout="hf-trainer", path=str(out / "checkpoint-10"))
+    log.emit(EventKind.CHECKPOINT, step=10, layout="hf-trainer", path=str(out / "checkpoint-10"))
     assert progress.learned_dir(events) == str(out)
     assert progress.checkpoint_root(str(tmp_path / "run3" / "last.ckpt")) == str(
         tmp_path / "run3")
