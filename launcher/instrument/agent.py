@@ -1,21 +1,22 @@
 """The rank's instrumentation: torch's global optimizer-step hook and its helper thread.
 
 :meth:`Agent.on_step` runs inside every ``optimizer.step()`` of the process (the first
-optimizer seen only, so a GAN's two optimizers count one step): it stamps the time, keeps the
-longest interval between steps and the step number, and wakes the helper thread; nothing
-else (no I/O, no lock, no collective). The step number is the optimizer's own ``step`` state
+optimizer seen only, so a GAN's two optimizers count one step): it stamps the time, counts
+the step and keeps the longest interval between steps; nothing else (no I/O, no lock, no
+collective, no tensor read). The step number is the optimizer's own ``step`` state
 when it has one on the CPU (Adam, AdamW...: restored with the checkpoint, so a resumed
 training goes on counting where it was), else the steps of this process added to the newest
 checkpoint this job's ranks reported.
 
-The helper thread, at most every :data:`MIN_INTERVAL` s: connects an NVRx heartbeat client at
-the first step (``FT_RANK_MONITOR_IPC_SOCKET``: only under ft_launcher) and sends one heartbeat
-per new step; on rank 0 writes a ``resume`` event at the first step and a ``progress`` event
-per new step into ``$RESILIENT_EVENTS_FILE``; after :data:`ADAPT_AFTER` steps (unless the
-user chose a heartbeat timeout: no ``$RESILIENT_HEARTBEAT_FLOOR``) sets the heartbeat timeout
-to ``max(floor, SAFETY x the longest interval seen)`` (NVRx's own safety factor), raised
-again whenever a longer interval shows up. While a save runs (:meth:`saving`) it sends a
-heartbeat every second (at most :data:`MAX_KEEPALIVE_S`), so a long save is never a hang.
+The helper thread, every :data:`MIN_INTERVAL` s (the step read there, from the optimizer):
+connects an NVRx heartbeat client at the first step (``FT_RANK_MONITOR_IPC_SOCKET``: only
+under ft_launcher) and sends a heartbeat when steps were done since its last round; on rank 0
+writes a ``resume`` event at the first step and a ``progress`` event per new step seen into
+``$RESILIENT_EVENTS_FILE``; after :data:`ADAPT_AFTER` steps (unless the user chose a heartbeat
+timeout: no ``$RESILIENT_HEARTBEAT_FLOOR``) sets the heartbeat timeout to
+``max(floor, SAFETY x the longest interval between steps)`` (NVRx's own safety factor),
+raised again whenever a longer interval shows up. While a save runs (:meth:`saving`) it sends
+a heartbeat every round (at most :data:`MAX_KEEPALIVE_S`), so a long save is never a hang.
 
 A script whose own NVRx client connects (:meth:`yield_to_user`) is left alone from then on.
 Any error disables the agent with one line on stderr; the training goes on.
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-MIN_INTERVAL = 0.05  # s between the helper thread's rounds (heartbeats, step reports)
+MIN_INTERVAL = 0.25  # s between the helper thread's rounds (heartbeats, step reports)
 ADAPT_AFTER = 10  # steps before the heartbeat timeout is derived
 SAFETY = 5.0  # NVRx's safety factor (FaultToleranceConfig.safety_factor)
 MAX_KEEPALIVE_S = 1800.0  # a save longer than this stops being kept alive
@@ -87,15 +88,13 @@ class Agent:
         self.off = False
         self.user_client = False
         # written by on_step (the training thread), read by the helper thread
-        self.opt_id: int | None = None
+        self.opt: Any = None  # the first optimizer seen: the one counted
         self.count = 0
-        self.step: int | None = None
-        self.first_step: int | None = None
+        self.first_step: int | None = None  # the first step of this process
         self.last_t = 0.0
         self.max_gap = 0.0
         self.saves = 0  # saves running now
         self.save_started = 0.0
-        self._wake = threading.Event()
         self._lock = threading.Lock()  # the client: helper thread vs yield_to_user
         self._thread: threading.Thread | None = None
         self.client: Any = None
@@ -107,14 +106,16 @@ class Agent:
 
     # -- the training thread ----------------------------------------------------------------
     def on_step(self, optimizer: Any, _args: Any = None, _kwargs: Any = None) -> None:
-        """torch's optimizer-step post hook."""
+        """torch's optimizer-step post hook: a few attribute updates, nothing else (the
+        helper thread reads the step and does the I/O)."""
         if self.off or self.user_client:
             return
         try:
             now = time.monotonic()
-            if self.opt_id is None:
-                self.opt_id = id(optimizer)
-            elif id(optimizer) != self.opt_id:
+            if self.opt is None:
+                self.opt = optimizer
+                self._start()
+            elif optimizer is not self.opt:
                 return
             if self.count:
                 gap = now - self.last_t
@@ -122,11 +123,6 @@ class Agent:
                     self.max_gap = gap
             self.last_t = now
             self.count += 1
-            self.step = step_of(optimizer)
-            if self.first_step is None:
-                self.first_step = self.step
-                self._start()
-            self._wake.set()
         except Exception as exc:  # noqa: BLE001 - never break a step
             self.disable(f"step hook failed: {type(exc).__name__}: {exc}")
 
@@ -138,7 +134,6 @@ class Agent:
         if outer:
             self.save_started = time.monotonic()
         self.saves += 1
-        self._wake.set()
         try:
             yield
         finally:
@@ -151,15 +146,17 @@ class Agent:
                            path=os.path.abspath(path))
 
     def current_step(self) -> int | None:
-        if self.step is not None:
-            return self.step
-        return (self.base or 0) + self.count if self.count else None
+        """The optimizer's own step when it keeps one (``step_of``), else this process's
+        steps after the newest reported checkpoint's."""
+        if not self.count:
+            return None
+        own = step_of(self.opt) if self.opt is not None else None
+        return own if own is not None else (self.base or 0) + self.count
 
     def disable(self, why: str) -> None:
         if not self.off:
             self.off = True
             _say(f"off ({why}); the script runs uninstrumented")
-            self._wake.set()
 
     def yield_to_user(self) -> None:
         """The script connects its own NVRx client: ours goes, and the agent stays quiet."""
@@ -178,10 +175,8 @@ class Agent:
         try:
             self._first()
             while not self.off and not self.user_client:
-                self._wake.wait(1.0)
-                self._wake.clear()
-                self._round()
                 time.sleep(MIN_INTERVAL)
+                self._round()
         except Exception as exc:  # noqa: BLE001 - the training goes on uninstrumented
             self.disable(f"{type(exc).__name__}: {exc}")
         with self._lock:
@@ -190,9 +185,11 @@ class Agent:
     def _first(self) -> None:
         if self.user_client:
             return
-        if self.step is None and self.first_step is None:
+        count, own = self.count, step_of(self.opt)
+        if own is None:
             self.base = self._newest_checkpoint_step()
-            self.first_step = (self.base or 0) + 1
+            own = (self.base or 0) + count
+        self.first_step = own - count + 1
         if self.rank == 0:
             first = self.first_step if self.first_step is not None else 1
             self._emit("resume", step=first - 1, fresh=first - 1 == 0, rank=0,

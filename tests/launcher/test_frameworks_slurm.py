@@ -73,8 +73,9 @@ def rank_proc(jid: int, script: str, rank: int) -> tuple[int, str] | None:
 
 
 class Job:
-    def __init__(self, state: str) -> None:
+    def __init__(self, state: str, log: Path) -> None:
         self.events = os.path.join(state, "events.jsonl")
+        self.log = log
 
     def of(self, kind: str) -> list[dict]:
         return [e for e in read_events(self.events) if e.get("kind") == kind]
@@ -88,7 +89,9 @@ class Job:
             if what():
                 return
             time.sleep(0.3)
-        raise AssertionError(f"timed out; events: {list(read_events(self.events))[-15:]}")
+        log = self.log.read_text(errors="replace")[-5000:] if self.log.exists() else ""
+        raise AssertionError(f"timed out; events: {list(read_events(self.events))[-15:]}\n"
+                             f"job log: {log}")
 
     def resumes(self) -> list[dict]:
         return [e for e in self.of("resume") if e.get("source") == "training"]
@@ -103,8 +106,8 @@ def test_framework_script_unchanged(slurm, clean, tmp_path, framework):
     pytest.importorskip(module)
     work = tmp_path
     jid = submit(slurm, clean, work, script, args)
-    job = Job(str(work / ckpt / ".resilient"))  # the script's own checkpoint folder
     log_path = work / f"slurm-{jid}.out"
+    job = Job(str(work / ckpt / ".resilient"), log_path)  # the script's own checkpoint folder
     hurt = ""
     try:
         # 1. fault-free steps, then a SIGKILLed rank
