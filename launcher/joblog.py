@@ -194,13 +194,15 @@ class JobLog(EventLog):
 
     def _flush_pending(self) -> None:
         if self._pending is not None:
-            fault, k, _t0, _high = self._pending
-            self.say(f"fault {describe_fault(fault)} -> in-job restart {self._budget(k)}")
+            fault, k, _t0, high = self._pending
+            step = f" at step {high}" if high is not None else ""
+            self.say(f"fault {describe_fault(fault)}{step} -> in-job restart {self._budget(k)}")
         self._pending = None
 
     def flush(self) -> None:
         """Lines for faults whose recovery is not known (the cycle is stopping)."""
         self._flush_pending()
         if self._fault is not None:
-            self.say(f"fault {describe_fault(self._fault)}")
+            step = f" at step {self._fault_high}" if self._fault_high is not None else ""
+            self.say(f"fault {describe_fault(self._fault)}{step}")
         self._fault, self._faults = None, []

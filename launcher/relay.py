@@ -106,9 +106,10 @@ class Relay:
     their own daemon threads, started here. ``err_fd``: where stderr goes (our fd 2)."""
 
     def __init__(self, events: EventLog, err_fd: int | None = None,
-                 stderr_capacity: int = STDERR_BUFFER, event_capacity: int = EVENT_BUFFER
-                 ) -> None:
+                 stderr_capacity: int = STDERR_BUFFER, event_capacity: int = EVENT_BUFFER,
+                 stopped_watch: stopped.StoppedWatch | None = None) -> None:
         self.events = events
+        self.stopped_watch = stopped_watch
         self.err_fd = sys.stderr.fileno() if err_fd is None else err_fd
         self.lines: Outbox[bytes] = Outbox(stderr_capacity, len)
         self.kinds: Outbox[tuple[str, dict[str, Any]]] = Outbox(event_capacity)
@@ -164,7 +165,9 @@ class Relay:
             (kind, fields), dropped = got
             if kind == EventKind.HANG_DETECTED and "stopped_ranks" not in fields:
                 # the evidence for the culprit: a rank whose process is stopped (SIGSTOP)
-                fields = {**fields, "stopped_ranks": stopped.stopped_ranks() or None}
+                found = self.stopped_watch.recent() if self.stopped_watch is not None \
+                    else stopped.stopped_ranks()
+                fields = {**fields, "stopped_ranks": found or None}
             try:
                 # fields: built by observe.parse_line through the kind's payload type
                 self.events.emit(EventKind(kind), **fields, **Relayed(dropped=dropped or None))
@@ -181,6 +184,8 @@ def relay_stderr(stream: IO[bytes], events: EventLog, drain_s: float = 4.0) -> N
     failed workers, restarts, rendezvous rounds, first heartbeats), through a ``Relay``;
     returns when ``stream`` ended and the writers drained, or ``drain_s`` after the end (a
     writer stuck on a stalled filesystem is left behind: it is a daemon thread)."""
-    relay = Relay(events)
+    watch = stopped.StoppedWatch()  # the ranks' process states, for a hang's culprit
+    relay = Relay(events, stopped_watch=watch)
     relay.pump(stream)
     relay.join(drain_s)
+    watch.close()

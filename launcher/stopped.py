@@ -7,6 +7,8 @@ process state can. Reads ``/proc`` only (the shim's own descendants, same user).
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 STOPPED_STATES = frozenset({"T", "t"})
 
@@ -57,3 +59,38 @@ def stopped_ranks(root: int | None = None, proc: str = "/proc") -> list[int]:
         if stats[pid][0] in STOPPED_STATES and (rank := _rank(proc, str(pid))) is not None:
             out.add(rank)
     return sorted(out)
+
+
+class StoppedWatch:
+    """Samples :func:`stopped_ranks` every ``interval`` s in a daemon thread, so a hang report
+    that arrives after ft_launcher already killed the stopped rank still finds it:
+    :meth:`recent` is every rank seen stopped within the last ``window`` s."""
+
+    def __init__(self, interval: float = 1.0, root: int | None = None) -> None:
+        self.interval, self.root = interval, root
+        self._seen: dict[int, float] = {}  # rank -> when last seen stopped
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="stopped-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> list[int]:
+        now = time.monotonic()
+        found = stopped_ranks(self.root)
+        with self._lock:
+            for rank in found:
+                self._seen[rank] = now
+        return found
+
+    def recent(self, window: float = 30.0) -> list[int]:
+        found = set(self.sample())
+        cutoff = time.monotonic() - window
+        with self._lock:
+            found |= {r for r, t in self._seen.items() if t >= cutoff}
+        return sorted(found)
+
+    def close(self) -> None:
+        self._stop.set()

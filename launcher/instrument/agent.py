@@ -91,6 +91,7 @@ class Agent:
         self.opt: Any = None  # the first optimizer seen: the one counted
         self.count = 0
         self.first_step: int | None = None  # the first step of this process
+        self.first_own: int | None = None  # the optimizer's own step at the first hook
         self.last_t = 0.0
         self.max_gap = 0.0
         self.saves = 0  # saves running now
@@ -99,6 +100,7 @@ class Agent:
         self._thread: threading.Thread | None = None
         self.client: Any = None
         self.timeout: float | None = None  # the heartbeat timeout this agent set
+        self.helper_cpu_s = 0.0  # CPU time the helper thread used (bench/instrument_cost.py)
         self.base: int | None = None
         self._log: Any = None
         self._handled = 0
@@ -114,6 +116,7 @@ class Agent:
             now = time.monotonic()
             if self.opt is None:
                 self.opt = optimizer
+                self.first_own = step_of(optimizer)  # once: the step this process began at
                 self._start()
             elif optimizer is not self.opt:
                 return
@@ -177,6 +180,7 @@ class Agent:
             while not self.off and not self.user_client:
                 time.sleep(MIN_INTERVAL)
                 self._round()
+                self.helper_cpu_s = time.thread_time()  # this thread's CPU time (bench)
         except Exception as exc:  # noqa: BLE001 - the training goes on uninstrumented
             self.disable(f"{type(exc).__name__}: {exc}")
         with self._lock:
@@ -185,11 +189,9 @@ class Agent:
     def _first(self) -> None:
         if self.user_client:
             return
-        count, own = self.count, step_of(self.opt)
-        if own is None:
+        if self.first_own is None:
             self.base = self._newest_checkpoint_step()
-            own = (self.base or 0) + count
-        self.first_step = own - count + 1
+        self.first_step = self.first_own if self.first_own is not None else (self.base or 0) + 1
         if self.rank == 0:
             first = self.first_step if self.first_step is not None else 1
             self._emit("resume", step=first - 1, fresh=first - 1 == 0, rank=0,
