@@ -89,6 +89,7 @@ class Agent:
         self.user_client = False
         # written by on_step (the training thread), read by the helper thread
         self.opt: Any = None  # the first optimizer seen: the one counted
+        self.paused = False  # the training loop ended (pause): no heartbeat client
         self.count = 0
         self.first_step: int | None = None  # the first step of this process
         self.first_own: int | None = None  # the optimizer's own step at the first hook
@@ -97,6 +98,7 @@ class Agent:
         self.saves = 0  # saves running now
         self.save_started = 0.0
         self._lock = threading.Lock()  # the client: helper thread vs yield_to_user
+        self._round_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.client: Any = None
         self.timeout: float | None = None  # the heartbeat timeout this agent set
@@ -114,6 +116,9 @@ class Agent:
             return
         try:
             now = time.monotonic()
+            if self.paused:  # training again (a second fit): heartbeats again
+                self.paused = False
+                self.last_t = now
             if self.opt is None:
                 self.opt = optimizer
                 self.first_own = step_of(optimizer)  # once: the step this process began at
@@ -198,13 +203,34 @@ class Agent:
                        world_size=int(self.env.get("WORLD_SIZE", "1") or 1),
                        restart=self.env.get("TORCHELASTIC_RESTART_COUNT"),
                        requeue=self.env.get("SLURM_RESTART_COUNT"))
-        if self.monitored and not self.user_client:
+
+    def pause(self) -> None:
+        """The training loop ended (the framework's fit/train returned, the process group is
+        destroyed, the interpreter exits): report the last step, then close the heartbeat
+        client, so what follows (teardown, evaluation, a final save) is no hang. The next
+        optimizer step connects again. Never raises."""
+        if self.off or self.user_client or self.paused:
+            return
+        try:
+            self.paused = True
+            self._round()
             with self._lock:
-                self.client = self._connect()
+                self._close_client()
+                self.timeout = None
+        except Exception as exc:  # noqa: BLE001
+            self.disable(f"{type(exc).__name__}: {exc}")
 
     def _round(self) -> None:
+        with self._round_lock:  # the helper thread's rounds and pause's last one
+            self._round_locked()
+
+    def _round_locked(self) -> None:
         count = self.count
         now = time.monotonic()
+        if self.monitored and self.client is None and not self.paused and count:
+            with self._lock:
+                if self.client is None and not self.user_client:
+                    self.client = self._connect()
         if count != self._handled:
             self._handled = count
             self._beat()

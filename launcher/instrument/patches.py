@@ -9,7 +9,10 @@ script imports it (``imports.when_imported``):
 * Lightning's ``Trainer.save_checkpoint`` (``last.ckpt`` included), Hugging Face's
   ``Trainer._save_checkpoint`` (``checkpoint-N/``), Accelerate's ``Accelerator.save_state``
   (``checkpoint_N``): kept alive and reported with their paths; Lightning's evaluation loop and
-  Hugging Face's ``Trainer.evaluate``: kept alive (no optimizer step while they run).
+  Hugging Face's ``Trainer.evaluate``: kept alive (no optimizer step while they run);
+* the end of training (Lightning's ``fit``, Hugging Face's ``train``, ``torch.distributed``'s
+  ``destroy_process_group`` returning, the interpreter's exit): ``Agent.pause``, the heartbeat
+  client closed so teardown and what follows is no hang.
 
 Each wrapper calls the original with the same arguments and returns its result; what the
 wrapper adds never raises into the script.
@@ -17,6 +20,7 @@ wrapper adds never raises into the script.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
@@ -65,6 +69,24 @@ def _wrap(owner: Any, name: str, agent: Agent, layout: str | None,
     setattr(owner, name, wrapper)
 
 
+def _until_end(owner: Any, name: str, agent: Agent) -> None:
+    """Replace ``owner.name`` (a training loop: Lightning's ``fit``, Hugging Face's ``train``,
+    ``destroy_process_group``) by a wrapper that pauses the agent when it returns or raises."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            agent.pause()
+
+    setattr(wrapper, MARK, True)
+    setattr(owner, name, wrapper)
+
+
 def _arg(i: int, key: str) -> Callable[[tuple[Any, ...], dict[str, Any], Any], str | None]:
     def where(args: tuple[Any, ...], kwargs: dict[str, Any], _result: Any) -> str | None:
         return _path(kwargs[key] if key in kwargs else args[i] if len(args) > i else None)
@@ -75,6 +97,7 @@ def on_torch(agent: Agent) -> Callable[[ModuleType], None]:
     def attach(torch: ModuleType) -> None:
         optimizer = importlib.import_module("torch.optim.optimizer")  # loaded with torch
         optimizer.register_optimizer_step_post_hook(agent.on_step)
+        atexit.register(agent.pause)
         _wrap(torch, "save", agent, "torch.save", _arg(1, "f"))
     return attach
 
@@ -88,6 +111,12 @@ def on_dcp(agent: Agent) -> Callable[[ModuleType], None]:
     def attach(dcp: ModuleType) -> None:
         _wrap(dcp, "save", agent, "dcp", where)
         _wrap(dcp, "async_save", agent, "dcp", where)
+    return attach
+
+
+def on_distributed(agent: Agent) -> Callable[[ModuleType], None]:
+    def attach(dist: ModuleType) -> None:
+        _until_end(dist, "destroy_process_group", agent)
     return attach
 
 
@@ -112,6 +141,7 @@ def on_nvrx_client(agent: Agent) -> Callable[[ModuleType], None]:
 def on_lightning_trainer(agent: Agent) -> Callable[[ModuleType], None]:
     def attach(mod: ModuleType) -> None:
         _wrap(mod.Trainer, "save_checkpoint", agent, "lightning", _arg(1, "filepath"))
+        _until_end(mod.Trainer, "fit", agent)
     return attach
 
 
@@ -132,6 +162,7 @@ def on_hf_trainer(agent: Agent) -> Callable[[ModuleType], None]:
     def attach(mod: ModuleType) -> None:
         _wrap(mod.Trainer, "_save_checkpoint", agent, "hf-trainer", where)
         _wrap(mod.Trainer, "evaluate", agent, None, lambda *_: None)
+        _until_end(mod.Trainer, "train", agent)
     return attach
 
 
@@ -148,6 +179,7 @@ def on_accelerate(agent: Agent) -> Callable[[ModuleType], None]:
 TARGETS: tuple[tuple[str, Callable[[Agent], Callable[[ModuleType], None]]], ...] = (
     ("torch", on_torch),
     ("torch.distributed.checkpoint", on_dcp),
+    ("torch.distributed", on_distributed),
     ("nvidia_resiliency_ext.fault_tolerance.rank_monitor_client", on_nvrx_client),
     ("pytorch_lightning.trainer.trainer", on_lightning_trainer),
     ("lightning.pytorch.trainer.trainer", on_lightning_trainer),
