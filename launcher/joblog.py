@@ -57,7 +57,7 @@ def cause(faults: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     a peer (``peer_lost``), else the first."""
     hang = [e for e in faults if e.get("kind") == EventKind.HANG_DETECTED]
     if hang:  # the culprit only on evidence (report.hang_culprit), its last heartbeat's time
-        found = report.hang_culprit(hang, {}, None)
+        found = report.hang_culprit(hang, {}, None, report.stopped_nodes(list(faults)))
         return {**hang[0], "rank": found["rank"], "node": found["node"], "ts": found["ts"],
                 "evidence": found.get("evidence")}
     signalled = [e for e in faults if e.get("kind") == EventKind.WORKER_FAILED

@@ -37,6 +37,8 @@ from resilient_slurm.launcher import observe, stopped
 from resilient_slurm.payloads_job import Relayed
 
 MAX_LINE = 64 * 1024
+STOPPED_EVIDENCE = frozenset({EventKind.HANG_DETECTED, EventKind.WORKER_FAILED,
+                              EventKind.WORKER_RESTART, EventKind.RANK_DISCONNECTED})
 STDERR_BUFFER = 4 * 1024 * 1024  # bytes of stderr held while our stderr does not drain
 EVENT_BUFFER = 1024  # events held while the events file does not take them
 
@@ -163,8 +165,9 @@ class Relay:
     def _write_events(self) -> None:
         while (got := self.kinds.get()) is not None:
             (kind, fields), dropped = got
-            if kind == EventKind.HANG_DETECTED and "stopped_ranks" not in fields:
-                # the evidence for the culprit: a rank whose process is stopped (SIGSTOP)
+            if kind in STOPPED_EVIDENCE and "stopped_ranks" not in fields:
+                # the evidence for a hang's culprit, from whichever node reports a failure:
+                # a rank of this node whose process is stopped (SIGSTOP)
                 found = self.stopped_watch.recent() if self.stopped_watch is not None \
                     else stopped.stopped_ranks()
                 fields = {**fields, "stopped_ranks": found or None}

@@ -161,16 +161,24 @@ def global_rank(failed: dict[str, Any], group_ranks: dict[str, int], nproc: Any)
     return f"{node}:{local}"
 
 
+def stopped_nodes(reports: list[dict[str, Any]]) -> dict[int, str]:
+    """rank -> node of the ranks the node shims saw stopped (``stopped_ranks``)."""
+    return {r: str(e.get("node") or "") for e in reports for r in e.get("stopped_ranks") or []
+            if isinstance(r, int)}
+
+
 HANG_WINDOW_S = 2.0  # ranks whose last heartbeats lie this close together: one collective hang
 UNKNOWN_CULPRIT = "collective hang, culprit unknown"
 
 
 def hang_culprit(hangs: list[dict[str, Any]], group_ranks: dict[str, int],
-                 nproc: Any) -> dict[str, Any]:
+                 nproc: Any, seen_stopped: dict[int, str] | None = None) -> dict[str, Any]:
     """The hang that missing-heartbeat reports describe, and its culprit only on evidence:
-    a rank the node shim found stopped (``stopped_ranks``: SIGSTOP); else the rank whose last
-    heartbeat (the report less the timeout it waited) is older than every other's by more
-    than :data:`HANG_WINDOW_S`, or the one rank that missed them; else none
+    a rank a node shim found stopped (``stopped_ranks`` on any of the failure reports,
+    ``seen_stopped``: SIGSTOP); else, of two or more reports, the rank whose last heartbeat
+    (the report less the timeout it waited) is older than every other's by more than
+    :data:`HANG_WINDOW_S`; else none (one report alone is no evidence: each rank's timeout is
+    its own, the first to expire need not be the one that stopped)
     (:data:`UNKNOWN_CULPRIT`: every rank waits in a collective for one that stopped, and
     which one the heartbeats cannot tell). The fault's time is the oldest last heartbeat."""
     last: list[tuple[float, Any, dict[str, Any]]] = []
@@ -181,17 +189,15 @@ def hang_culprit(hangs: list[dict[str, Any]], group_ranks: dict[str, int],
         last.append((float(e["ts"]) - float(e.get("waited_s") or 0), rank, e))
     last.sort(key=lambda x: x[0])
     ts, rank, first = last[0]
-    stopped = sorted({r for e in hangs for r in e.get("stopped_ranks") or []})
-    ranks = {r for _t, r, _e in last}
+    where = {**stopped_nodes(hangs), **(seen_stopped or {})}
+    stopped = sorted(where)
     if stopped:
-        node = next((e.get("node") for e in hangs if stopped[0] in
-                     (e.get("stopped_ranks") or [])), first.get("node"))
-        return {"type": "hang", "rank": stopped[0], "node": node, "ts": ts,
+        return {"type": "hang", "rank": stopped[0], "node": where[stopped[0]], "ts": ts,
                 "evidence": f"rank {','.join(map(str, stopped))} stopped (process state T)"}
-    if len(ranks) == 1 or (len(last) > 1 and last[1][0] - ts > HANG_WINDOW_S):
+    others = [x for x in last[1:] if x[1] != rank]
+    if others and others[0][0] - ts > HANG_WINDOW_S:
         return {"type": "hang", "rank": rank, "node": first.get("node"), "ts": ts,
-                "evidence": "its heartbeats stopped first" if len(ranks) > 1
-                else "the only rank that missed heartbeats"}
+                "evidence": "its heartbeats stopped first"}
     return {"type": "hang", "rank": None, "node": "", "ts": ts, "evidence": UNKNOWN_CULPRIT}
 
 
@@ -209,7 +215,7 @@ def _culprit(group: list[dict[str, Any]], group_ranks: dict[str, int] | None = N
         k, rank = e["kind"], e.get("rank")
         if k == EventKind.HANG_DETECTED:
             return hang_culprit([x for x in group if x["kind"] == EventKind.HANG_DETECTED],
-                                group_ranks or {}, nproc)
+                                group_ranks or {}, nproc, stopped_nodes(group))
         if k == EventKind.WORKER_EXCEPTION and rank not in lost:
             return {"type": "exception", "rank": rank, "node": e.get("node"), "ts": e["ts"]}
         if k == EventKind.RANK_DISCONNECTED and rank not in raised and failed:

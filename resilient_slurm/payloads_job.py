@@ -15,6 +15,8 @@ class Relayed(TypedDict, total=False):
     """What the shim's relay adds to each event it records (launcher/relay.py)."""
 
     dropped: int | None  # events it could not record before this one
+    # a failure report's: the node's ranks seen stopped (SIGSTOP, process state T) lately
+    stopped_ranks: list[int] | None
 
 
 class RankEvent(Relayed, total=False):
@@ -48,7 +50,6 @@ class HangDetected(Relayed, total=False):
     heartbeat: str  # initial | subsequent
     waited_s: float
     local_rank: int | None
-    stopped_ranks: list[int]  # ranks of this node whose process was stopped (SIGSTOP)
 
 
 class WorkerRestart(Relayed, total=False):

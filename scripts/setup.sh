@@ -63,6 +63,18 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
+# The frameworks whose users' scripts the tests run through resilient-launch
+# (tests/launcher/foreign/: PyTorch Lightning, Hugging Face Trainer/Accelerate), CPU, against
+# the torch installed above: the constraint keeps pip from replacing it (about 200 MB, ~1 min).
+fw_stamp=.venv/.resilient-frameworks
+if [ ! -f "$fw_stamp" ] || [ "$0" -nt "$fw_stamp" ]; then
+    echo "setup: installing pytorch-lightning, transformers, accelerate (CPU, torch kept)"
+    torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
+    .venv/bin/pip install -q -c <(echo "torch==$torch_version") \
+        "pytorch-lightning>=2.4" "transformers>=4.45" "accelerate>=1.0"
+    touch "$fw_stamp"
+fi
+
 # The project itself, editable in strict mode: setuptools builds a link tree
 # (build/__editable__.*/resilient_slurm/..., one symlink per repository file) instead of an
 # import hook, so mypy and IDEs resolve every `resilient_slurm.*` import to its file here.

@@ -14,7 +14,8 @@ under ft_launcher) and sends a heartbeat when steps were done since its last rou
 writes a ``resume`` event at the first step and a ``progress`` event per new step seen into
 ``$RESILIENT_EVENTS_FILE``; after :data:`ADAPT_AFTER` steps (unless the user chose a heartbeat
 timeout: no ``$RESILIENT_HEARTBEAT_FLOOR``) sets the heartbeat timeout to
-``max(floor, SAFETY x the longest interval between steps)`` (NVRx's own safety factor),
+``max(floor, SAFETY x the longest interval between steps)`` (NVRx's own safety factor;
+an interval in which a save or evaluation was kept alive does not count),
 raised again whenever a longer interval shows up. While a save runs (:meth:`saving`) it sends
 a heartbeat every round (at most :data:`MAX_KEEPALIVE_S`), so a long save is never a hang.
 
@@ -96,6 +97,8 @@ class Agent:
         self.last_t = 0.0
         self.max_gap = 0.0
         self.saves = 0  # saves running now
+        self.kept_alive = 0  # saves (and evaluations) kept alive so far
+        self._gap_kept = 0
         self.save_started = 0.0
         self._lock = threading.Lock()  # the client: helper thread vs yield_to_user
         self._round_lock = threading.Lock()
@@ -125,10 +128,11 @@ class Agent:
                 self._start()
             elif optimizer is not self.opt:
                 return
-            if self.count:
-                gap = now - self.last_t
+            if self.count and self.kept_alive == self._gap_kept:
+                gap = now - self.last_t  # (an interval with a save kept alive: not counted)
                 if gap > self.max_gap:
                     self.max_gap = gap
+            self._gap_kept = self.kept_alive
             self.last_t = now
             self.count += 1
         except Exception as exc:  # noqa: BLE001 - never break a step
@@ -146,6 +150,7 @@ class Agent:
             yield
         finally:
             self.saves -= 1
+            self.kept_alive += 1
         if outer and where is not None and self.rank == 0 and not self.off \
                 and not self.user_client:
             path = where()

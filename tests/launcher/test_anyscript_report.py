@@ -76,8 +76,13 @@ def test_hang_culprit_only_on_evidence() -> None:
                                 waited_s=20.0)]
     row = report.build(_hang_group(*apart)).faults[0]
     assert (row.rank, row.node, row.ts) == (1, "node2", 38.2)
-    alone = [nd(58.2, "hang_detected", "node2", rank=1, heartbeat="subsequent", waited_s=8.0)]
-    assert report.build(_hang_group(*alone)).faults[0].rank == 1
+    # one report alone names nobody (each rank's timeout is its own: the first to expire
+    # need not be the stopped rank's); a stopped rank seen on another node's report does
+    alone = [nd(58.2, "hang_detected", "node2", rank=0, heartbeat="subsequent", waited_s=8.0)]
+    assert report.build(_hang_group(*alone)).faults[0].rank is None
+    seen = [*alone, nd(58.4, "worker_failed", "node1", local_rank=0, exitcode=-9,
+                       signal="SIGKILL", stopped_ranks=[1])]
+    assert report.build(_hang_group(*seen)).faults[0].rank == 1
     text = report.render(report.build(_hang_group(*together)), _hang_group(*together))
     assert "collective hang, culprit unknown" in text
 

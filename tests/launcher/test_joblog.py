@@ -79,10 +79,15 @@ def test_launcher_events_and_stop_flush(tmp_path: Path) -> None:
 
 def test_hang_is_the_cause_not_the_kill_that_follows() -> None:
     faults = [{"kind": "hang_detected", "node": "node2", "rank": 1, "ts": 3.0},
-              {"kind": "worker_failed", "node": "node2", "local_rank": 0, "signal": "SIGKILL"},
+              {"kind": "worker_failed", "node": "node2", "local_rank": 0, "signal": "SIGKILL",
+               "stopped_ranks": [1]},
               {"kind": "worker_exception", "node": "node1", "rank": 0}]
     assert joblog.describe_fault(joblog.cause(faults) or {}) == \
         "node2 rank 1 hang (missing heartbeats)"
+    # without the stopped process: the hang still is the cause, its culprit unknown
+    assert joblog.describe_fault(joblog.cause([{**faults[1], "stopped_ranks": None},
+                                               faults[0]]) or {}) == \
+        "hang (missing heartbeats): collective hang, culprit unknown"
     peer = [{"kind": "worker_exception", "node": "node1", "rank": 0},
             {"kind": "peer_lost", "node": "node1", "rank": 0},
             {"kind": "worker_exception", "node": "node2", "rank": 1}]

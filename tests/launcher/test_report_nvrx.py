@@ -91,8 +91,11 @@ def test_hang_on_06_is_named_by_its_global_rank(grank, nproc, local, want) -> No
     seen = observe.parse_line(HANG_06.replace("workload:?(0)", f"workload:?({local})"))
     assert seen is not None and seen[0] == EventKind.HANG_DETECTED
     join = next(e for e in events_of("0.6.0") if e["kind"] == EventKind.RENDEZVOUS)
+    # its last heartbeat (20 - 8) older than the other report's (20.5 - 2) by more than the
+    # window: the evidence that names it (one report alone names nobody)
+    other = {"kind": seen[0], "ts": 20.5, "node": "b", "local_rank": 0, "waited_s": 2.0}
     ev = [_cycle(nproc), {**join, "node": "a", "group_rank": grank, "ts": 0.0},
-          {"kind": seen[0], "ts": 20.0, "node": "a", **seen[1]}]
+          {"kind": seen[0], "ts": 20.0, "node": "a", **seen[1]}, other]
     (fault,) = report.observed_faults(ev)
     assert (fault["type"], fault["rank"], fault["ts"]) == ("hang", want, 12.0)
 
