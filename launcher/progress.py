@@ -204,14 +204,27 @@ class Tracker:
     def finished_cycle(self) -> Progress:
         self._learn()
         p = observe(self.checkpoint_dir, self.events_path, self.marker)
-        if not p.known and not self.said_no_signal:
-            self.said_no_signal = True
-            why = ("no progress signal (no step reports, no complete checkpoint under "
-                   f"{self.checkpoint_dir or 'any --checkpoint-dir'}): the no-progress "
-                   "verdict is off; failed cycles are requeued until --max-requeues is spent")
-            self.log.emit(EventKind.NO_PROGRESS_SIGNAL, **NoProgressSignal(detail=why))
-            print(f"resilient-launch: {why}", flush=True)
+        if not p.known:
+            self._say_no_signal("no step reports, no complete checkpoint under "
+                                f"{self.checkpoint_dir or 'any --checkpoint-dir'}")
         return p
+
+    def at_start(self, instrumented: bool) -> None:
+        """Said at the start, while the user can still act: no progress signal can come from
+        uninstrumented ranks without a checkpoint directory (step reports only if the script
+        sends them itself)."""
+        if not instrumented and not self.checkpoint_dir and not self.step():
+            self._say_no_signal("ranks not instrumented (--no-instrument) and no checkpoint "
+                                "directory: only the script's own report_step calls")
+
+    def _say_no_signal(self, detail: str) -> None:
+        if self.said_no_signal:
+            return
+        self.said_no_signal = True
+        why = (f"no progress signal ({detail}): the no-progress verdict is off; failed "
+               "cycles are requeued until --max-requeues is spent")
+        self.log.emit(EventKind.NO_PROGRESS_SIGNAL, **NoProgressSignal(detail=why))
+        print(f"resilient-launch: {why}", flush=True)
 
     def note_checkpoint(self) -> None:
         """The progress of a script that reports no steps, for the report's goodput."""

@@ -119,6 +119,11 @@ class Supervisor:
             min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
             kill_wait=self.kill_wait, committed_step=self.progress.step()))
         self._save()
+        instrumented = "RESILIENT_INSTRUMENT" in self.opts.extra_env
+        if not instrumented:
+            self.log.say("no hang detection unless the script sends NVRx heartbeats itself "
+                         "(ranks not instrumented: --no-instrument or --inprocess)")
+        self.progress.at_start(instrumented)
         if self.cfg.job_index:
             try:
                 job_metrics.append_index(self.cfg.job_index, self.alloc.job_id,

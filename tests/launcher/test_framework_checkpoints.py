@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.events import EventKind, EventLog
+from resilient_slurm.events import EventKind, EventLog, read_events
 from resilient_slurm.launcher import progress
 from resilient_slurm.launcher.ckpt_meta import torch_zip_step
 from resilient_slurm.launcher.launch_env import CHECKPOINT_FLAGS, script_checkpoint_dir
@@ -84,3 +84,18 @@ def test_directory_learned_from_the_ranks_saves(tmp_path: Path) -> None:
         tmp_path / "ck")
     tracker = progress.Tracker(None, events, None, EventLog(events, "launcher"))
     assert tracker.step() == 10 and tracker.checkpoint_dir == str(out)
+
+
+def test_no_progress_signal_said_at_start(tmp_path: Path, capsys) -> None:
+    """Uninstrumented ranks and no checkpoint directory: said at the start, while the user can
+    still act, not only after training ended; instrumented ranks: nothing to say."""
+    events = str(tmp_path / "events.jsonl")
+    progress.Tracker(None, events, None, EventLog(events, "launcher")).at_start(True)
+    assert "no progress signal" not in capsys.readouterr().out
+    tracker = progress.Tracker(None, events, None, EventLog(events, "launcher"))
+    tracker.at_start(False)
+    assert "no progress signal (ranks not instrumented" in capsys.readouterr().out
+    tracker.finished_cycle()  # said once
+    assert capsys.readouterr().out == ""
+    kinds = [e["kind"] for e in read_events(events)]
+    assert kinds == ["no_progress_signal"]
