@@ -10,6 +10,7 @@ profile has ``require_ecc``), and is ``unknown`` for any field the profile lists
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 
@@ -32,6 +33,7 @@ CLOCK_HW_POWER_BRAKE = 0x80
 class GpuContext:
     cfg: HealthConfig
     profile: ProfileSpec
+    rates: Any = None  # checks_rates.RateHistory: earlier counter samples (None: none kept)
 
 
 @declare("gpu_count", "nvml", EVERY_SET, fields=(), context="gpu")

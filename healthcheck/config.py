@@ -127,6 +127,10 @@ class HealthConfig:
     xid_repeat_window_s: float = 86400.0
     boot_noise_window_s: float = 600.0
     gpu_memory_used_max_mib: int = 1024
+    # error_rates (checks_rates.py): a counter that rose by more than this within the window
+    error_rate_window_s: float = 3600.0
+    ecc_corrected_per_window: int = 1000
+    nvlink_crc_per_window: int = 100
     storage_paths: list[str] = field(default_factory=list)
     storage_require_mount: bool = True
     profile: str = ""
@@ -148,6 +152,8 @@ class HealthConfig:
         "ecc_aggregate_uncorrected_warn": (0, 1_000_000), "retired_pages_max": (0, 100_000),
         "xid_repeat_fail": (1, 1000), "xid_repeat_window_s": (1, 31_536_000),
         "boot_noise_window_s": (0, 86_400), "gpu_memory_used_max_mib": (0, 16_777_216),
+        "error_rate_window_s": (1, 31_536_000), "ecc_corrected_per_window": (0, 10**12),
+        "nvlink_crc_per_window": (0, 10**12),
         "boot_noise": (1, 9999),  # Xid numbers
     }
 

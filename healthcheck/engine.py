@@ -27,6 +27,7 @@ from . import checks_fabric as cf
 from . import checks_gpu as cg
 from . import checks_log as cl
 from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
+from . import checks_rates as cr
 from . import tools
 from . import validate_checks as vc
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
@@ -45,8 +46,8 @@ if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the e
 # NVML fields it needs), and the checks of each set in declaration order.
 # One order whatever imported the check modules first (a run's results, and so the first
 # failing result a drain reason names, follow it): by module, then as declared.
-_MODULE_ORDER = ("checks_fabric", "checks_gpu", "checks_log", "checks_net", "tools",
-                 "validate_checks")
+_MODULE_ORDER = ("checks_fabric", "checks_gpu", "checks_log", "checks_net", "checks_rates",
+                 "tools", "validate_checks")
 _ORDERED = sorted(REGISTRY.values(), key=lambda d: _MODULE_ORDER.index(
     d.evaluate.__module__.rsplit(".", 1)[-1]))
 CHECKS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -295,7 +296,8 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
               gathered: _Gathered, gpu_indices: list[int] | None,
               history: AppXidHistory | None = None) -> list[Result]:
     cfg, prof = config.health, sel.spec
-    gctx = cg.GpuContext(cfg, prof)
+    gctx = cg.GpuContext(cfg, prof, cr.RateHistory(seams.state_dir)
+                         if "error_rates" in names else None)
     policies: dict[str, Any] = {}
 
     def policy_for(gen: str) -> Any:
@@ -331,6 +333,12 @@ def _evaluate(config: Config, seams: Seams, sel: Selection, names: list[str],
         results.extend(found)
     if history is not None:
         history.add(lctx.app_seen)
+    if gctx.rates is not None:
+        try:
+            gctx.rates.save()
+        except OSError as exc:  # the next run judges from older samples: said, not fatal
+            results.append(Result("error_rates", WARN, "STATE_UNAVAILABLE", "could not save "
+                                  f"the error-counter samples: {exc}", str(gctx.rates.path)))
     return results
 
 

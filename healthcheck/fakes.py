@@ -132,6 +132,12 @@ class FakeNvml:
     def memory_used_mib(self, i: int) -> int:
         return int(self._get(i, "memory"))
 
+    def ecc_corrected(self, i: int) -> int:
+        return int(self._get(i, "ecc_corrected"))
+
+    def nvlink_crc(self, i: int) -> int:
+        return int(self._get(i, "nvlink_crc"))
+
 
 NVML_FAULT_ENV = "RESILIENT_HEALTH_NVML_FAULT"
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 FIELDS = (
     "ecc", "ecc_mode", "remapped_rows", "retired_pages", "clock_reasons", "utilization",
     "temperature", "nvlink", "pcie", "fabric", "recovery_action", "processes", "memory",
+    "ecc_corrected", "nvlink_crc",
 )
 
 
@@ -51,6 +52,8 @@ class GpuBackend(Protocol):
     def recovery_action(self, i: int) -> int: ...
     def processes(self, i: int) -> list[int]: ...
     def memory_used_mib(self, i: int) -> int: ...
+    def ecc_corrected(self, i: int) -> int: ...  # corrected ECC errors since the last reset
+    def nvlink_crc(self, i: int) -> int: ...  # DL CRC flit errors, summed over the links
 
 
 @dataclass
@@ -153,6 +156,7 @@ class _Collector:
             "temperature": b.temperature, "nvlink": b.nvlink, "pcie": b.pcie,
             "fabric": b.fabric, "recovery_action": b.recovery_action,
             "processes": b.processes, "memory": b.memory_used_mib,
+            "ecc_corrected": b.ecc_corrected, "nvlink_crc": b.nvlink_crc,
         }
         for name in FIELDS:
             if name not in self.fields:

@@ -19,7 +19,7 @@ from resilient_slurm import fsutil
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, HookNote
 from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
-from resilient_slurm.healthcheck.model import Report
+from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
@@ -79,7 +79,14 @@ def health_main(argv: Sequence[str] | None = None) -> int:
                 report = check(config, ctx, "periodic", hook_settings.health_budget_s)
                 rerun = recheck_holds(config, ctx, report, hook_settings.health_budget_s
                                       - (time.monotonic() - started))
-                runner.record(config, ctx, "health", report, events)
+                from resilient_slurm.hooks import precursor
+
+                report, found = precursor.split(report, hook_settings.precursors)
+                if found and report.status not in (FAIL, UNKNOWN):
+                    return precursor.handle(config, ctx, report, found, events, "health",
+                                            may_resume=True, rechecked=rerun)
+                runner.record(config, ctx, "health", report, events,
+                              precursor_codes=precursor.codes_of(found))
                 return runner.act(config, ctx, report, events, may_resume=True,
                                   source="health", rechecked=rerun)
         except TimeoutError:

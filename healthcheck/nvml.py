@@ -184,3 +184,26 @@ class NvmlBackend:
     @_nvml
     def memory_used_mib(self, i: int) -> int:
         return int(self.nv.nvmlDeviceGetMemoryInfo(self._h(i)).used) // (1024 * 1024)
+
+    @_nvml
+    def ecc_corrected(self, i: int) -> int:
+        nv = self.nv
+        return int(nv.nvmlDeviceGetTotalEccErrors(
+            self._h(i), nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC))
+
+    @_nvml
+    def nvlink_crc(self, i: int) -> int:
+        nv, h = self.nv, self._h(i)
+        total, links = 0, 0
+        for link in range(nv.NVML_NVLINK_MAX_LINKS):
+            try:
+                total += int(nv.nvmlDeviceGetNvLinkErrorCounter(
+                    h, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT))
+                links += 1
+            except nv.NVMLError as exc:
+                if _error_name(nv, exc) in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):
+                    continue  # this GPU has no such link
+                raise
+        if not links:
+            raise GpuError("NOT_SUPPORTED", "no NVLink error counters")
+        return total

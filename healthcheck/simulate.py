@@ -68,7 +68,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 _GPU_KEYS = {"name", "architecture", "pci", "lost", "ecc", "ecc_mode", "remapped_rows",
              "retired_pages", "clock_reasons", "utilization", "temperature", "nvlink", "pcie",
-             "fabric", "recovery_action", "processes", "memory"}
+             "fabric", "recovery_action", "processes", "memory", "ecc_corrected", "nvlink_crc"}
 # The keys a scenario may hold, per table (``None``: any table below it is checked as ``gpu``).
 SCHEMA: dict[str, Any] = {
     "description": True, "base": True, "profile": True,

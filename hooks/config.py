@@ -15,7 +15,11 @@ from resilient_slurm.verdict_file import DEFAULT_PATH as DEFAULT_VERDICT_PATH
 
 # The node watcher's default checks: NVML's one-shot answers (a lost GPU, ECC, row remapping,
 # NVML's recovery action); a kernel-log check would move the health program's read position.
-WATCH_CHECKS = ("gpu_count", "ecc", "row_remap", "recovery_action")
+WATCH_CHECKS = ("gpu_count", "ecc", "row_remap", "recovery_action", "error_rates")
+# Result codes that are precursors of a failure, not failures (hooks/precursor.py): a node
+# showing one stays usable while a job runs there (published for its launcher to move off)
+# and is drained for repair once none does.
+PRECURSORS = ("ROW_REMAP_PENDING", "ECC_CORRECTED_RATE", "NVLINK_CRC_RATE")
 
 
 @register_section("hooks")
@@ -63,6 +67,7 @@ class HooksConfig:
     watch_interval_s: float = 2.0
     watch_budget_s: float = 5.0
     watch_checks: list[str] = field(default_factory=lambda: list(WATCH_CHECKS))
+    precursors: list[str] = field(default_factory=lambda: list(PRECURSORS))
 
     # Every numeric key's range (inclusive), checked at load; PrologEpilogTimeout is a uint16.
     BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
@@ -105,6 +110,11 @@ class HooksConfig:
         if not self.watch_checks:
             raise ConfigError("hooks.watch_checks", "name at least one check (the default: "
                               f"{', '.join(WATCH_CHECKS)})")
+        for code in self.precursors:
+            if not (code and code.isascii() and all(c.isupper() or c.isdigit() or c == "_"
+                                                    for c in code)):
+                raise ConfigError("hooks.precursors", f"{code!r}: a result code (upper-case "
+                                  "letters, digits, '_'), e.g. ECC_CORRECTED_RATE")
         if self.epilog_diag_level not in (1, 2, 3, 4):
             raise ConfigError("hooks.epilog_diag_level", "must be 1, 2, 3 or 4")
         overhead = 2 * self.slurm_timeout_s + self.lock_timeout_s

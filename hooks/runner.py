@@ -140,16 +140,20 @@ def verdict_fields(report: Report) -> HookVerdict:
 
 
 def record(config: Config, ctx: HookContext, source: str, report: Report, events: SafeEvents,
-           **extra: Unpack[HookVerdict]) -> None:
-    """The run's verdict: event, published verdict file, metrics (each failure only warned)."""
+           precursor_codes: Sequence[str] = (), **extra: Unpack[HookVerdict]) -> None:
+    """The run's verdict: event, published verdict file, metrics (each failure only warned);
+    ``precursor_codes``: the precursors found (``hooks/precursor.py``)."""
     fields = verdict_fields(report)
     fields.update(extra)
+    if precursor_codes:
+        fields["precursors"] = list(precursor_codes)
     events.emit(EventKind.VERDICT, **fields)
     hook_settings = hooks_cfg(config)
     if hook_settings.verdict_file:
         try:
             verdict_file.publish(hook_settings.verdict_file,
-                                 verdict.verdict_record(report, source, ctx.job_id))
+                                 verdict.verdict_record(report, source, ctx.job_id,
+                                                        precursors=precursor_codes))
         except OSError as exc:
             warn(source, f"verdict file {hook_settings.verdict_file}", exc)
     if hook_settings.metrics_file:

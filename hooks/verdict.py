@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from resilient_slurm import verdict_file
@@ -16,18 +17,25 @@ from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 
 
 def verdict_record(report: Report, source: str, job: int | None,
-                   now: float | None = None) -> dict[str, Any]:
-    """The published form of ``report`` (codes of the failing results, worst first)."""
+                   now: float | None = None, precursors: Sequence[str] = ()
+                   ) -> dict[str, Any]:
+    """The published form of ``report`` (codes of the failing results, worst first;
+    ``precursors``: the precursor codes, ``hooks/precursor.py``, with the first one's reason
+    when nothing fails)."""
     now = time.time() if now is None else now
     failing = report.failing()
     codes = list(dict.fromkeys(r.code for r in failing))
+    first = next((r for r in report.results if precursors and r.code in precursors), None)
+    reason = failing[0].reason[:200] if failing else \
+        f"precursor: {first.reason}"[:200] if first is not None else "healthy"
     return {
         "format": verdict_file.FORMAT,
         "node": report.node,
         "status": report.status,
         "healthy": report.status not in (FAIL, UNKNOWN),
         "codes": codes,
-        "reason": failing[0].reason[:200] if failing else "healthy",
+        "reason": reason,
+        "precursors": list(precursors),
         "source": source,
         "job": job,
         "check_set": report.check_set,

@@ -23,6 +23,9 @@ Contract:
 * A data source left wedged in a thread (NVML hung past its timeout: the call cannot be
   interrupted, and each tick would leave one more thread) ends the watcher with the
   hook-error status; its service manager starts a fresh process (``Restart=always``).
+* A precursor (``[hooks] precursors``, ``hooks/precursor.py``) with no failure: published
+  (status ``warn``, ``precursors``) once while a job runs on the node, Slurm asked each tick
+  until none does; then drained for repair, once.
 * SIGTERM / SIGINT end it between ticks.
 
 It runs as root like the hooks (the simulated kernel log and NVML of the sandbox are root-only,
@@ -42,7 +45,7 @@ from collections.abc import Sequence
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, HookNote
 from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
-from resilient_slurm.healthcheck.model import FAIL, UNKNOWN
+from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report, Result
 from resilient_slurm.hooks import entry, runner
 from resilient_slurm.hooks.context import HookContext
 
@@ -112,16 +115,39 @@ def tick(config: Config, ctx: HookContext, events: runner.SafeEvents,
 
     if job_starting(config):
         return acted  # a prolog checks the node now; look again next tick
+    from resilient_slurm.hooks import precursor
+
     hs = runner.hooks_cfg(config)
     report = entry.check(config, ctx, "periodic", hs.watch_budget_s,
                          only=list(hs.watch_checks))
+    report, found = precursor.split(report, hs.precursors)
+    if report.status != FAIL and found:
+        return _precursor(config, ctx, events, report, found, acted)
     if report.status != FAIL:
         return acted if report.status == UNKNOWN else None
     key = tuple(sorted({r.code for r in report.failing()}))
     if key == acted:
         return acted
-    runner.record(config, ctx, SOURCE, report, events)
+    runner.record(config, ctx, SOURCE, report, events,
+                  precursor_codes=precursor.codes_of(found))
     runner.act(config, ctx, report, events, may_resume=False, source=SOURCE)
+    return key
+
+
+def _precursor(config: Config, ctx: HookContext, events: runner.SafeEvents, report: Report,
+               found: list[Result], acted: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """A precursor and no failure: published once while a job runs (Slurm asked each tick
+    until none does), drained for repair once when none does (``hooks/precursor.py``)."""
+    from resilient_slurm.hooks import precursor
+
+    codes = tuple(sorted(precursor.codes_of(found)))
+    if acted == ("drain", *codes):
+        return acted
+    busy = precursor.job_runs(config, ctx.node)
+    key = ("published" if busy else "drain", *codes)
+    if key == acted:
+        return acted
+    precursor.handle(config, ctx, report, found, events, SOURCE, may_resume=False)
     return key
 
 

@@ -22,6 +22,7 @@ from resilient_slurm.events import EventKind
 from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import (
     blame,
+    evacuate,
     evidence,
     exclusions,
     job_metrics,
@@ -84,6 +85,7 @@ class Supervisor:
         self.level0 = level0.Level0Grace(opts.heartbeat_s) if opts.min_nnodes else None
         self.standby: list[str] = []  # --spares: idle nodes a blamed node may be swapped for
         self.config_error = ""  # the training's configuration error (fatal.py): ends the job
+        self.evacuating: dict[str, tuple[str, ...]] = {}  # nodes this cycle stopped to leave
 
     # -- signals: recorded at any moment, acted on at the next decision or watch tick -------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -166,6 +168,9 @@ class Supervisor:
                 evidence.await_lost(partial(evidence.states_now, self.slurm), lost,
                                     self.cfg.lost_node_wait)
             decision = self._blame(nodes, cycle_dir, started)
+            for node, why in evacuate.blamed(self.evacuating).items():
+                decision.blamed.setdefault(node, why)  # the spare swap's cause: precursor
+            self.evacuating = {}
             for node, why in decision.blamed.items():
                 self.node_ledger.exclude(node, "; ".join(why))
             self._save()
@@ -224,7 +229,9 @@ class Supervisor:
                                max(60.0, self.opts.heartbeat_timeout or 0.0),
                                self.cfg.max_blame_share),
             self.cfg.state_check_interval, self.cfg.max_restarts, cycle.cycle_info_dir, mon,
-            self.level0, self.progress.note_checkpoint), cycle.record_dir)
+            self.level0, self.progress.note_checkpoint, self._evacuation(nodes, started,
+                                                                         cycle_dir)),
+            cycle.record_dir)
         rc = self.proc.wait()
         self.proc = None
         recs = evidence.exit_records(cycle.record_dir)
@@ -239,6 +246,18 @@ class Supervisor:
         while True:
             time.sleep(job_metrics.REFRESH_S)
             self._metrics()
+
+    def _evacuation(self, nodes: list[str], since: float,
+                    cycle_dir: str) -> evacuate.Evacuation | None:
+        """The cycle's watch for precursors (``launcher/evacuate.py``; None: no verdicts)."""
+        if not self.cfg.verdict_path:
+            return None
+        return evacuate.Evacuation(
+            self.log, nodes, since, self.cfg.verdict_path, self.alloc.batch_node, self.standby,
+            lambda standby: spares.health(
+                self.slurm, standby, self.cfg.verdict_path, time.time(),
+                self.cfg.verdict_max_age, self.alloc.job_id, self.env,
+                os.path.join(cycle_dir, "evacuate"), self.cfg.health_timeout))
 
     def _metrics(self) -> None:
         """Rewrite the job's metrics file (``--metrics-dir``); a failure is only said."""
@@ -259,6 +278,7 @@ class Supervisor:
             if t.step_signal and self.signal is Signal.NONE:
                 self.signal = Signal.USR1  # --signal=USR1@T without B: reached the tasks
             self.slow.update(t.slow or {})
+            self.evacuating.update(t.evacuate or {})
             if t.why and self.proc.poll() is None:
                 self.log.emit(EventKind.STOP_CYCLE, **events.StopCycle(reason=t.why))
                 self._stop_step(record_dir, t.why)

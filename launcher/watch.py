@@ -10,7 +10,9 @@ in-job restarts of this cycle, and every ``state_check_interval`` seconds, only 
 else stops the cycle, the node watch (``nodewatch``, less the nodes level 0 left out under
 ``--inprocess``); a fresh ``fail`` in the published verdicts (file reads, no RPC) brings the
 node watch forward to this tick (the hooks' node watcher publishes within seconds), and so
-does the answer of its batched Slurm query (asked in a worker thread, never waited for). The
+does the answer of its batched Slurm query (asked in a worker thread, never waited for).
+Last, when nothing else stops the cycle, a fresh precursor in a training node's verdict with
+a healthy spare waiting stops it to move off the node (``launcher/evacuate.py``). The
 order of these reasons is :func:`policy.stop_reason`'s; stopping the step is the
 supervisor's (``launcher/step.py``).
 """
@@ -23,7 +25,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from resilient_slurm.events import EventKind, Fault, LeftOut
-from resilient_slurm.launcher import joblog, level0, nodewatch, observe, policy, restarts, straggler
+from resilient_slurm.launcher import (
+    evacuate,
+    joblog,
+    level0,
+    nodewatch,
+    observe,
+    policy,
+    restarts,
+    straggler,
+)
 from resilient_slurm.launcher.policy import Signal
 from resilient_slurm.slurm import SlurmBackend
 
@@ -32,11 +43,13 @@ from resilient_slurm.slurm import SlurmBackend
 class Tick:
     """One tick's outcome: ``why`` the cycle stops ("": it goes on), whether the step's tasks
     reported a signal (``step_signal``: the supervisor records it as SIGUSR1), the stragglers
-    that stop the cycle this tick (node -> verdict)."""
+    that stop the cycle this tick (node -> verdict), the nodes it stops to move off
+    (``evacuate``: node -> precursor codes)."""
 
     why: str = ""
     step_signal: bool = False
     slow: dict[str, straggler.Verdict] | None = None
+    evacuate: dict[str, tuple[str, ...]] | None = None
 
 
 class CycleWatch:
@@ -47,8 +60,10 @@ class CycleWatch:
                  node_settings: nodewatch.Settings, state_check_interval: float,
                  max_restarts: int | None, cycle_info_dir: str = "",
                  mon: straggler.Monitor | None = None, grace: level0.Level0Grace | None = None,
-                 on_state_check: Callable[[], None] = lambda: None) -> None:
+                 on_state_check: Callable[[], None] = lambda: None,
+                 evac: evacuate.Evacuation | None = None) -> None:
         self.log, self.since, self.cycle_info_dir = log, since, cycle_info_dir
+        self.evac = evac
         self.state_check_interval, self.max_restarts = state_check_interval, max_restarts
         self.mon, self.level0, self.on_state_check = mon, grace, on_state_check
         self.tail = observe.EventTail(events_path, since)
@@ -77,7 +92,9 @@ class CycleWatch:
             self.last_check = time.monotonic()
             self.on_state_check()
             why = policy.stop_reason(replace(seen, node_fault=self._node_fault()))
-        return Tick(why, step_signal, stop)
+        move = self.evac.poll() if self.evac is not None and not why else {}
+        return Tick(why or (evacuate.reason(move) if move else ""), step_signal, stop,
+                    move or None)
 
     def config_error(self) -> str:
         """The configuration error the training reported this cycle ("": none), after one

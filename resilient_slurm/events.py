@@ -34,6 +34,7 @@ from resilient_slurm.payloads import (
     CycleEnd,
     CycleStart,
     DrainSkipped,
+    Evacuate,
     Exclude,
     ExclusionReview,
     Fault,
@@ -47,6 +48,7 @@ from resilient_slurm.payloads import (
     LeftOut,
     NodeAction,
     NoProgressSignal,
+    Precursor,
     Recovery,
     Release,
     Repair,
@@ -110,6 +112,7 @@ class EventKind(StrEnum):
     REPAIR = "repair"  # a step of the repair ladder taken on a node (reboot, replace, ...)
     REPAIR_BUDGET = "repair_budget"  # repairs held back: too many nodes at once or per hour
     VALIDATION = "validation"  # the return-to-service validation started, passed or failed
+    PRECURSOR = "precursor"  # a precursor of a failure: published, or drained for repair
     # The launcher: the job log.
     LAUNCH_START = "launch_start"  # the batch script started (first run or after a requeue)
     CYCLE_START = "cycle_start"  # one srun of ft_launcher on every node started
@@ -123,6 +126,7 @@ class EventKind(StrEnum):
     RELEASE = "release"  # blamed nodes given back to Slurm
     RECOVERY = "recovery"  # an elastic relaunch on the survivors
     SPARE = "spare"  # --spares: a healthy standby swapped in for a blamed node (or none left)
+    EVACUATE = "evacuate"  # a node of the job publishes a precursor: move off it (or cannot)
     VERDICT_UNREAD = "verdict_unread"  # the hooks' published verdict of nodes could not be read
     REQUEUE = "requeue"  # the job is requeued
     NO_PROGRESS_SIGNAL = "no_progress_signal"  # no way to see progress: that verdict is off
@@ -160,6 +164,7 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.HOLD_RELEASED: (HoldReleased,), EventKind.FLEET_GUARD: (FleetGuard,),
     EventKind.REPAIR: (Repair,), EventKind.REPAIR_BUDGET: (RepairBudget,),
     EventKind.VALIDATION: (Validation,),
+    EventKind.PRECURSOR: (Precursor,), EventKind.EVACUATE: (Evacuate,),
     EventKind.LAUNCH_START: (LaunchStart,), EventKind.CYCLE_START: (CycleStart,),
     EventKind.CYCLE_END: (CycleEnd,), EventKind.STOP_CYCLE: (StopCycle,),
     EventKind.FAULT: (Fault,), EventKind.BLAME: (Blame,), EventKind.EXCLUDE: (Exclude,),

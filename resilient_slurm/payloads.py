@@ -27,6 +27,18 @@ class NodeAction(TypedDict, total=False):
     previous_state: str
 
 
+class Precursor(TypedDict, total=False):
+    """``precursor``: a check found a precursor of a failure on the node (``hooks/precursor.py``):
+    still usable; ``action``: ``published`` (a job runs there: in the verdict file, for its
+    launcher), ``drain`` (no job runs there: drained for repair)."""
+
+    codes: list[str]
+    devices: list[str]
+    evidence: list[dict[str, Any]]  # the precursor results
+    action: str
+    cause: str
+
+
 class HookVerdict(TypedDict, total=False):
     """``verdict`` of a prolog, epilog or health run (node log)."""
 
@@ -40,6 +52,7 @@ class HookVerdict(TypedDict, total=False):
     duration_s: float
     results: int
     job_exit_code: int | None  # the epilog's: the job's exit code
+    precursors: list[str] | None  # precursor codes (hooks/precursor.py)
 
 
 class HookNote(TypedDict, total=False):
@@ -202,6 +215,19 @@ class StopCycle(TypedDict, total=False):
 
     reason: str
     signalled: bool
+
+
+class Evacuate(TypedDict, total=False):
+    """``evacuate``: the launcher moves the job off a node whose hooks publish a precursor
+    (``launcher/evacuate.py``). ``outcome``: ``stopping`` (a healthy spare waits: the step
+    stops, the spare takes the node's place), ``no spare`` (the job goes on there; a fault or
+    the next checkpoint decides), ``spare busy`` (..., no healthy standby now)."""
+
+    node: str
+    codes: list[str]
+    outcome: str
+    spares: list[str] | None  # the spare that takes the node's place
+    detail: str
 
 
 class LaunchStart(TypedDict, total=False):

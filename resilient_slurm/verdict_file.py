@@ -10,7 +10,12 @@ its user reads the old or the new verdict, never half of one. Format :data:`FORM
 
 ``{"format": 1, "node": str, "status": "ok|warn|fail|unknown", "healthy": bool,
 "codes": [str], "reason": str, "source": "health|prolog|epilog", "job": int|null,
-"check_set": str, "simulated": bool, "time": float (unix s), "time_iso": str}``
+"check_set": str, "simulated": bool, "time": float (unix s), "time_iso": str,
+"precursors": [str]}``
+
+``precursors`` (absent in older writers: none) lists the precursor codes the hooks found
+(``hooks/precursor.py``): the node still works (status ``warn`` unless something else fails);
+a launcher moves its job off it when a spare waits.
 
 Writing: :func:`publish` (the record itself is built by ``hooks/verdict.py`` from a health
 report). Reading: :func:`read` / :func:`parse` give the :class:`Verdict` the launcher judges by
@@ -47,6 +52,7 @@ class Verdict:
     status: str
     ts: float
     codes: tuple[str, ...] = ()
+    precursors: tuple[str, ...] = ()
 
 
 def path_for(pattern: str, node: str) -> str:
@@ -79,7 +85,9 @@ def parse(text: str) -> Verdict | None:
         return None
     raw = data.get("codes") or []
     codes = tuple(str(c) for c in raw)[:MAX_CODES] if isinstance(raw, list) else ()
-    return Verdict(status, ts, codes)
+    pre = data.get("precursors") or []
+    precursors = tuple(str(c) for c in pre)[:MAX_CODES] if isinstance(pre, list) else ()
+    return Verdict(status, ts, codes, precursors)
 
 
 def read(path: str) -> Verdict | None:
