@@ -134,3 +134,21 @@ def test_the_on_node_reader_says_why_it_read_nothing(tmp_path: Path, capsys,
     rec = {"rc": 1, "stdout": json.dumps(said) + "\n"}
     assert evidence._why_unread(rec, pattern, "n1") == said["unreadable"]
     assert "did not report" in evidence._why_unread(None, pattern, "n1")
+
+
+def test_precursors_are_published_and_read_and_older_records_have_none(tmp_path: Path) -> None:
+    rep = Report("n9", [Result("row_remap", "warn", "ROW_REMAP_PENDING", "gpu2: remap pending",
+                               device="gpu2")])
+    path = verdict_file.path_for(str(tmp_path / "v" / "{node}.json"), "n9")
+    verdict_file.publish(path, verdict.verdict_record(rep, "watch", None,
+                                                      precursors=["ROW_REMAP_PENDING"]))
+    v = verdict_file.read(path)
+    assert v is not None and (v.status, v.codes, v.precursors) == (
+        "warn", (), ("ROW_REMAP_PENDING",))
+    rec = verdict_file.load(path)
+    assert rec is not None and rec["healthy"] is True
+    assert rec["reason"] == "precursor: gpu2: remap pending"
+    old = verdict_file.parse(json.dumps({"format": 1, "status": "ok", "time": 5.0}))
+    assert old is not None and old.precursors == ()
+    odd = verdict_file.parse(json.dumps({"status": "warn", "time": 5.0, "precursors": "X"}))
+    assert odd is not None and odd.precursors == ()  # not a list: none

@@ -45,7 +45,7 @@ def test_a_healthy_node_gets_nothing_published(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not os.path.exists(os.path.join(_root(cfg), "verdicts", "n1.json"))  # escalate only
     assert [e["cause"] for e in _events(cfg, kind="watch_start")] == [
-        "every 0.2 s: gpu_count, ecc, row_remap, recovery_action"]
+        "every 0.2 s: gpu_count, ecc, row_remap, recovery_action, error_rates"]
     assert not _events(cfg, kind="verdict")
 
 
