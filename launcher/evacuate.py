@@ -25,7 +25,7 @@ A ``fail`` verdict is not a precursor: the node fault path (``nodewatch``) takes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import Evacuate, EventKind
@@ -102,11 +102,11 @@ class Evacuation:
         print(f"resilient-launch: {node}: precursor {', '.join(codes)}: {detail}", flush=True)
 
 
-def reason(move: dict[str, tuple[str, ...]]) -> str:
+def reason(move: Mapping[str, tuple[str, ...]]) -> str:
     """The stop reason for moving off ``move``'s nodes."""
     return PREFIX + "; ".join(f"{n} {','.join(c)}" for n, c in sorted(move.items()))
 
 
-def blamed(move: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+def blamed(move: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
     """``move`` as blame's node -> reasons (the cause the spare swap records)."""
     return {n: [f"precursor {','.join(c)}: evacuated before a fault"] for n, c in move.items()}
