@@ -12,7 +12,8 @@ drains the node with the usual owner-prefixed reason (``runner.act``, fleet guar
 
 Contract:
 
-* **Escalate only.** The watcher never publishes a healthy verdict, never resumes a node and
+* **Escalate only.** The watcher never publishes a healthy verdict (a precursor's ``warn``
+  aside, below), never resumes a node and
   never acts on ``unknown`` (an NVML call that timed out under load): the health program
   stays the authority that clears, and that fails closed on what it cannot read.
 * Each distinct failure is acted on once (the same status and codes on later ticks: nothing),
