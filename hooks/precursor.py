@@ -90,12 +90,12 @@ def note(events: runner.SafeEvents, found: list[Result], action: str, cause: str
 
 def handle(config: Config, ctx: HookContext, report: Report, found: list[Result],
            events: runner.SafeEvents, source: str, *, may_resume: bool,
-           rechecked: Collection[str] = ()) -> int:
+           rechecked: Collection[str] = (), busy: bool | None = None) -> int:
     """Record and act on a run whose precursors are ``found`` (``report``: after
-    :func:`split`, not failing): publish while a job runs, else drain for repair. Returns
-    the run's exit status (``runner.act``'s)."""
+    :func:`split`, not failing): publish while a job runs (``busy``; None: ask Slurm), else
+    drain for repair. Returns the run's exit status (``runner.act``'s)."""
     codes = codes_of(found)
-    busy = job_runs(config, ctx.node)
+    busy = job_runs(config, ctx.node) if busy is None else busy
     runner.record(config, ctx, source, report, events, precursor_codes=codes)
     if busy:
         note(events, found, "published", "a job runs on the node: its launcher may move off")

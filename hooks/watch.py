@@ -148,7 +148,7 @@ def _precursor(config: Config, ctx: HookContext, events: runner.SafeEvents, repo
     key = ("published" if busy else "drain", *codes)
     if key == acted:
         return acted
-    precursor.handle(config, ctx, report, found, events, SOURCE, may_resume=False)
+    precursor.handle(config, ctx, report, found, events, SOURCE, may_resume=False, busy=busy)
     return key
 
 

@@ -313,7 +313,9 @@ class Supervisor:
         unread: dict[str, str] = {}
         read = evidence.reader(self.cfg, nodes, since, self.alloc.job_id, self.env,
                                os.path.join(cycle_dir, "verdicts"), unread)
-        decision, evs = evidence.assess(self.slurm, nodes, cycle_dir, read, self.cfg,
+        # A cycle stopped to evacuate blames no fault: no wait for the hooks' next verdicts.
+        cfg = replace(self.cfg, verdict_wait=0.0) if self.evacuating else self.cfg
+        decision, evs = evidence.assess(self.slurm, nodes, cycle_dir, read, cfg,
                                         self.node_ledger.strikes,
                                         {n: v.evidence for n, v in self.slow.items()})
         evidence.report_unread(self.log, self.cfg.verdict_path, unread, "blame",

@@ -88,7 +88,10 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         evac = launch_helpers.kinds(state, "evacuate")
         assert [(e["node"], e["outcome"], e["codes"]) for e in evac] == [
             (victim, "stopping", ["ECC_CORRECTED_RATE"])], evac
-        stops = launch_helpers.kinds(state, "stop_cycle")
+        # (a second stop_cycle, signalled false, may say that Slurm refused the step signal
+        # because the step was already ending: launcher/step.py)
+        stops = [e for e in launch_helpers.kinds(state, "stop_cycle")
+                 if e.get("signalled") is not False]
         assert [e["reason"] for e in stops] == [f"precursor: {victim} ECC_CORRECTED_RATE"]
         assert not [e for e in launch_helpers.kinds(state, "fault")
                     if e.get("type") != "signal"]  # no fault ever reached the job
