@@ -8,14 +8,34 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 from resilient_slurm import verdict_file
+from resilient_slurm.events import read_events
 from resilient_slurm.healthcheck.model import FAIL, OK, WARN, Report, Result
 from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import precursor
 
 from .conftest import hook_config, run_hook
-from .test_watch import _events, _root, run_watch
+
+
+def run_watch(config: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The watcher as its service runs it: root, a bare environment, ``python -I``."""
+    code = ("import sys; from resilient_slurm.hooks.watch import watch_main; "
+            f"sys.exit(watch_main(['--config', {config!r}, *sys.argv[1:]]))")
+    return subprocess.run([sys.executable, "-I", "-c", code, *args],
+                          env={"SLURMD_NODENAME": "n1"}, capture_output=True, text=True,
+                          timeout=timeout, cwd="/")
+
+
+def _root(config: str) -> str:
+    return os.path.dirname(config)
+
+
+def _events(config: str, **match: object) -> list[dict[str, object]]:
+    path = os.path.join(_root(config), "events.jsonl")
+    return [e for e in read_events(path) if all(e.get(k) == v for k, v in match.items())]
 
 
 def test_a_pending_row_remap_under_a_job_is_published_as_a_precursor_not_drained(tmp_path):
