@@ -33,7 +33,7 @@ pytest.importorskip("nvidia_resiliency_ext")
 
 FOREIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "foreign")
 BIN = os.path.dirname(sys.executable)
-STEPS, AT_STEP = 45, 30
+STEPS, AT_STEP = 90, 30  # 18 s of steps after the injection: room for a loaded machine
 START = re.compile(r"\[script\] rank=(\d+) start step=(\d+) tier=(.+?) t=([\d.]+) node=([\w.-]+)")
 STEP = re.compile(r"\[script\] step=(\d+) .* t=([\d.]+)")
 
@@ -106,7 +106,9 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         assert len(last) == 3 and spare in last and victim not in last, last
         # 0 lost steps: every rank resumes at the last step rank 0 finished before the stop
         stop_ts = stops[0]["ts"]
+        print(f"evacuation: precursor injected to the step's stop {stop_ts - injected:.1f} s")
         done = [int(st) for st, t in STEP.findall(log) if float(t) <= stop_ts]
+        assert max(done) < STEPS, "the training ended before the step was stopped"
         again = [x for x in _starts(log) if x[1] > 0]
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
         assert {st for _, st, *_ in again} == {max(done)}, (again, max(done))
