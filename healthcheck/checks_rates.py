@@ -31,6 +31,7 @@ from .model import OK, WARN, Result
 from .registry import PERIODIC, declare
 
 MAX_SAMPLES = 64  # per GPU and counter
+QUIET_SAMPLES = 8  # an unchanged count is sampled again every window / 8 (a sample is in reach)
 
 
 class RateHistory:
@@ -60,13 +61,21 @@ class RateHistory:
 
     def rise(self, key: str, count: int, window_s: float) -> tuple[int, float] | None:
         """Record ``count`` now; (rise since the oldest sample within ``window_s``, seconds
-        since it), or None when nothing earlier counts (first sample, or the count fell)."""
+        since it), or None when nothing earlier counts (first sample, or the count fell). An
+        unchanged count is recorded only when the newest sample is older than
+        ``window_s / QUIET_SAMPLES``, so a quiet GPU costs a write that often, not every run,
+        and a sample within the window always remains."""
         kept = [(t, c) for t, c in self.samples.get(key, []) if self.now - window_s <= t
                 <= self.now]
         if kept and count < kept[-1][1]:
             kept = []  # the counter started again (GPU reset, reboot)
-        self.samples[key] = ([*kept, (self.now, count)])[-MAX_SAMPLES:]
-        self.changed = True
+        quiet = bool(kept) and count == kept[-1][1] and \
+            self.now - kept[-1][0] < window_s / QUIET_SAMPLES
+        if quiet:  # unchanged and sampled lately: nothing to write (the watcher runs every 2 s)
+            self.samples[key] = kept
+        else:
+            self.samples[key] = ([*kept, (self.now, count)])[-MAX_SAMPLES:]
+            self.changed = True
         if not kept:
             return None
         t0, c0 = kept[0]
