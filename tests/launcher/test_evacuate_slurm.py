@@ -125,8 +125,8 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         drains = [e for e in node_log if e["kind"] == "drain"]
         assert drains and drains[0]["ts"] > stop_ts, drains  # not while the job ran there
         firsts = [float(t) for st, t in STEP.findall(log) if float(t) > stop_ts]
-        print(f"evacuation: precursor injected to the step's stop {stop_ts - injected:.1f} s, "
-              f"to the first step on the spare {firsts[0] - injected:.1f} s; drained "
+        print(f"evacuation: precursor injected to the first step on the spare "
+              f"{firsts[0] - injected:.1f} s; drained "
               f"{drains[0]['ts'] - injected:.1f} s after the injection")
     finally:
         _sandbox(sbx.root, "fault", victim, "clear")  # a repaired node: new boot id
