@@ -56,11 +56,15 @@ def codes_of(found: list[Result]) -> list[str]:
 
 
 def for_repair(report: Report, found: list[Result]) -> Report:
-    """``report`` (as :func:`split` left it) with the precursor results failing with a hold
-    and action ``drain``: what drains an idle node for repair."""
+    """``report`` (as :func:`split` left it) with the precursor results failing with a hold:
+    what drains an idle node for repair. Each keeps its check's action where it names a
+    repair (a pending row remap: ``reset_gpu``), else ``drain``, so the repair ladder
+    (``hooks/ladder.py``) picks its class."""
     keep = [r for r in report.results if not (r.status == WARN and any(
         r.code == f.code and r.device == f.device and r.check == f.check for f in found))]
-    repair = [dataclasses.replace(f, status=FAIL, action="drain", hold=True,
+    repair = [dataclasses.replace(f, status=FAIL, hold=True,
+                                  action=f.action if f.action in ("reset_gpu", "reboot")
+                                  else "drain",
                                   reason=f"precursor, drained for repair: {f.reason}"[:300])
               for f in found]
     return dataclasses.replace(report, results=[*keep, *repair])

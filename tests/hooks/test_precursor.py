@@ -99,5 +99,9 @@ def test_split_and_repair_keep_real_failures_and_hold_the_precursor():
     repair = precursor.for_repair(only, found)
     assert repair.status == FAIL
     [held] = repair.failing()
-    assert (held.code, held.action, held.hold) == ("ROW_REMAP_PENDING", "drain", True)
+    assert (held.code, held.action, held.hold) == ("ROW_REMAP_PENDING", "reset_gpu", True)
+    rate = Result("error_rates", WARN, "ECC_CORRECTED_RATE", "gpu4: fast", device="gpu4")
+    now, found = precursor.split(Report("n1", results=[rate]), ["ECC_CORRECTED_RATE"])
+    assert [(r.action, r.hold) for r in precursor.for_repair(now, found).failing()] == [
+        ("drain", True)]
     assert precursor.split(report, [])[1] == []  # an empty list: no precursors
