@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -62,7 +63,11 @@ def test_stalled_stderr_and_events_never_hold_the_reader(tmp_path) -> None:
     drain.join(10)
     os.close(rfd)
     got = b"".join(err)
-    assert f"{relay.lines.dropped_total} stderr line(s) dropped".encode() in got
+    # Every drop is counted where output resumes: one gap, or more when the writer got a few
+    # lines through between drops (a loaded machine).
+    gaps = [int(n) for n in re.findall(rb"resilient-launch node: (\d+) stderr line\(s\) dropped",
+                                       got)]
+    assert gaps and sum(gaps) == relay.lines.dropped_total, gaps
     assert got.count(b"Did not get") + relay.lines.dropped_total == 400
     lines = recorded.decode().splitlines()
     assert 1 <= len(lines) <= 4 and all('"hang_detected"' in r for r in lines), lines
