@@ -71,6 +71,20 @@ def test_a_rising_corrected_ecc_count_is_a_precursor_from_the_second_sample(tmp_
     assert [e["devices"] for e in _events(cfg, kind="precursor")] == [["gpu4"]]
 
 
+def test_rising_nvlink_crc_errors_are_a_precursor_for_the_health_program_too(tmp_path):
+    cfg = hook_config(tmp_path, verdicts=True)
+    node = os.path.join(_root(cfg), "nodes", "n1")
+    install_scenario(node, "healthy-p5")
+    assert run_hook("health", cfg).returncode == 0  # the first samples
+    install_scenario(node, "nvlink-crc-rising")
+    done = run_hook("health", cfg)
+    assert done.returncode == 0, done.stderr
+    v = verdict_file.read(os.path.join(_root(cfg), "verdicts", "n1.json"))
+    assert v is not None and v.status == "warn" and v.precursors == ("NVLINK_CRC_RATE",)
+    [pre] = _events(cfg, kind="precursor", source="health")
+    assert (pre["devices"], pre["action"]) == (["gpu1"], "published")
+
+
 def test_the_health_program_publishes_a_precursor_too(tmp_path):
     cfg = hook_config(tmp_path, verdicts=True)
     install_scenario(os.path.join(_root(cfg), "nodes", "n1"), "row-remap-pending")
