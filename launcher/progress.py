@@ -238,6 +238,7 @@ class Tracker:
 
 # -- the training-side API --------------------------------------------------------------------
 _LOG: EventLog | None = None
+CALLED = False  # report_step was called in this process
 
 
 def report_step(step: int, **fields: object) -> None:
@@ -252,7 +253,8 @@ def report_step(step: int, **fields: object) -> None:
         ...
         report_step(step)  # after optimizer.step()
     """
-    global _LOG
+    global _LOG, CALLED
+    CALLED = True  # the ranks' instrumentation then leaves step reports to the script
     path = os.environ.get("RESILIENT_EVENTS_FILE")
     if not path or os.environ.get("RANK", "0") != "0":
         return

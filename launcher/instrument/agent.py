@@ -61,6 +61,12 @@ def _say(msg: str) -> None:
     print(PREFIX + msg, file=sys.stderr, flush=True)
 
 
+def _script_reports_steps() -> bool:
+    """The script calls ``report_step`` itself: its step numbers, not ours."""
+    progress = sys.modules.get("resilient_slurm.launcher.progress")
+    return bool(getattr(progress, "CALLED", False))
+
+
 def step_of(optimizer: Any) -> int | None:
     """The optimizer's own step count (the ``step`` state of its first parameter), when it has
     one on the CPU; None otherwise (SGD, or a device tensor: reading it would sync)."""
@@ -240,7 +246,8 @@ class Agent:
             self._handled = count
             self._beat()
             step = self.current_step()
-            if self.rank == 0 and step is not None and step != self._reported:
+            if self.rank == 0 and step is not None and step != self._reported \
+                    and not _script_reports_steps():
                 self._reported = step
                 self._emit("progress", step=step, rank=0)
             if count >= ADAPT_AFTER:

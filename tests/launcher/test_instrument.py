@@ -188,3 +188,16 @@ def test_stopped_ranks_from_proc(tmp_path: Path) -> None:
         child.kill()
         child.wait()
     assert json.dumps(stopped_ranks(proc=str(tmp_path / "none"))) == "[]"
+
+
+def test_a_script_that_reports_its_steps_keeps_its_numbers(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    code = ("import time, torch\nfrom resilient_slurm.launcher.progress import report_step\n"
+            "m = torch.nn.Linear(2, 1)\no = torch.optim.AdamW(m.parameters())\n"
+            "for s in range(100, 106):\n    m(torch.ones(1, 2)).sum().backward(); o.step()\n"
+            "    report_step(s); time.sleep(0.1)\n")
+    res = run_py(code, {**RANK_ENV, "RESILIENT_EVENTS_FILE": str(events)}, tmp_path)
+    assert res.returncode == 0, res.stderr
+    steps = [(e["step"], bool(e.get("instrumented"))) for e in read_events(str(events))
+             if e["kind"] == "progress"]
+    assert steps == [(s, False) for s in range(100, 106)]
