@@ -25,8 +25,8 @@ Contract:
   interrupted, and each tick would leave one more thread) ends the watcher with the
   hook-error status; its service manager starts a fresh process (``Restart=always``).
 * A precursor (``[hooks] precursors``, ``hooks/precursor.py``) with no failure: published
-  (status ``warn``, ``precursors``) once while a job runs on the node, Slurm asked each tick
-  until none does; then drained for repair, once.
+  (status ``warn``, ``precursors``) once while a job runs on the node, Slurm asked every
+  ``PRECURSOR_ASK_S`` (10 s) until none does; then drained for repair, once.
 * SIGTERM / SIGINT end it between ticks.
 
 It runs as root like the hooks (the simulated kernel log and NVML of the sandbox are root-only,
@@ -135,15 +135,23 @@ def tick(config: Config, ctx: HookContext, events: runner.SafeEvents,
     return key
 
 
+# While a precursor stands under a job, Slurm is asked at most this often whether the job left.
+PRECURSOR_ASK_S = 10.0
+_asked: dict[str, float] = {}  # node -> when Slurm was last asked (monotonic; one process)
+
+
 def _precursor(config: Config, ctx: HookContext, events: runner.SafeEvents, report: Report,
                found: list[Result], acted: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """A precursor and no failure: published once while a job runs (Slurm asked each tick
-    until none does), drained for repair once when none does (``hooks/precursor.py``)."""
+    """A precursor and no failure: published once while a job runs (Slurm asked every
+    ``PRECURSOR_ASK_S`` until none does), drained for repair once when none does
+    (``hooks/precursor.py``)."""
     from resilient_slurm.hooks import precursor
 
     codes = tuple(sorted(precursor.codes_of(found)))
-    if acted == ("drain", *codes):
+    if acted == ("drain", *codes) or (acted == ("published", *codes) and time.monotonic()
+                                      - _asked.get(ctx.node, 0.0) < PRECURSOR_ASK_S):
         return acted
+    _asked[ctx.node] = time.monotonic()
     busy = precursor.job_runs(config, ctx.node)
     key = ("published" if busy else "drain", *codes)
     if key == acted:
