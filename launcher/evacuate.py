@@ -4,7 +4,8 @@ The hooks' node watcher and health program publish a **precursor** (a pending ro
 corrected-ECC or NVLink CRC count rising fast: ``hooks/precursor.py``) in the node's verdict
 file (``precursors``, status ``warn``) while the node still works. Each watch tick
 (``launcher/watch.py``) :meth:`Evacuation.poll` reads the training nodes' verdict files (no
-RPC) and, for a node with a fresh precursor:
+RPC) and, for a node with a precursor published since ``since`` (the supervisor: 5 minutes
+before the cycle started, since the watcher publishes a precursor once):
 
 * **a healthy spare waits** (``--spares``; ``spares.health``: a fresh ``ok`` verdict and
   Slurm calling it available): an ``evacuate`` event (``outcome: stopping``) and the node is

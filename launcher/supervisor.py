@@ -229,8 +229,8 @@ class Supervisor:
                                max(60.0, self.opts.heartbeat_timeout or 0.0),
                                self.cfg.max_blame_share),
             self.cfg.state_check_interval, self.cfg.max_restarts, cycle.cycle_info_dir, mon,
-            self.level0, self.progress.note_checkpoint, self._evacuation(nodes, started,
-                                                                         cycle_dir)),
+            self.level0, self.progress.note_checkpoint,
+            self._evacuation(nodes, started - self.cfg.verdict_max_age, cycle_dir)),
             cycle.record_dir)
         rc = self.proc.wait()
         self.proc = None
@@ -249,7 +249,9 @@ class Supervisor:
 
     def _evacuation(self, nodes: list[str], since: float,
                     cycle_dir: str) -> evacuate.Evacuation | None:
-        """The cycle's watch for precursors (``launcher/evacuate.py``; None: no verdicts)."""
+        """The cycle's watch for precursors (``launcher/evacuate.py``; None: no verdicts);
+        ``since``: the oldest verdict that counts (a precursor is published once: one from
+        before this cycle, within ``verdict_max_age`` (300 s), still stands)."""
         if not self.cfg.verdict_path:
             return None
         return evacuate.Evacuation(
