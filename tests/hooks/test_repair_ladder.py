@@ -22,6 +22,7 @@ LADDER = lad.load()
     ("GPU_LOST", None, "gpu_reboot"), ("ROW_REMAP_PENDING", None, "gpu_reset"),
     ("XID_APP_REPEAT", None, "app"), ("ROW_REMAP_FAILURE", None, "hardware"),
     ("EFA_COUNT", None, "hardware"), ("STORAGE_HANG", None, "hold"), ("WHATEVER", None, "hold"),
+    ("ECC_CORRECTED_RATE", None, "hardware"), ("NVLINK_CRC_RATE", None, "hardware"),
 ])
 def test_a_failure_is_classed_by_its_xid_action_then_its_code(code, action, cls) -> None:
     assert LADDER.classify(code, action).name == cls
