@@ -22,6 +22,7 @@ from resilient_slurm.events import EventKind
 from resilient_slurm.fsutil import atomic_write
 from resilient_slurm.launcher import (
     blame,
+    budgeted,
     evacuate,
     evidence,
     exclusions,
@@ -142,7 +143,8 @@ class Supervisor:
             self.node_ledger.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
-            p = self.progress.finished_cycle()  # counts only with a progress signal
+            p = budgeted.Budgeted(self.progress.finished_cycle, name="progress")(
+                progress.Progress(None, None))  # a stalled filesystem: unknown, not waited for
             if p.known:
                 self.node_ledger.record_progress(p.step)
             step = p.step

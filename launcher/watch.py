@@ -1,7 +1,9 @@
 """One running cycle's watch: read the events once per tick, gather what stops the step, let
 ``policy.stop_reason`` decide.
 
-Each :meth:`CycleWatch.tick` reads the job's events file once (``observe.EventTail``: the
+Each :meth:`CycleWatch.tick` reads the job's events file once, within a time budget
+(``launcher/budgeted.py``: a stalled shared filesystem never holds the tick; the checkpoint
+scan of ``on_state_check`` likewise) (``observe.EventTail``: the
 node shims' observations for the job log, the restart count and the node watch; the
 ``step_timing`` samples for the straggler monitor), then gathers, cheapest first: a pending
 signal (or a ``step_signal`` the tasks got: ``--signal=USR1@T`` without ``B:``), the
@@ -26,6 +28,7 @@ from typing import Any
 
 from resilient_slurm.events import EventKind, Fault, LeftOut
 from resilient_slurm.launcher import (
+    budgeted,
     evacuate,
     joblog,
     level0,
@@ -67,6 +70,8 @@ class CycleWatch:
         self.state_check_interval, self.max_restarts = state_check_interval, max_restarts
         self.mon, self.level0, self.on_state_check = mon, grace, on_state_check
         self.tail = observe.EventTail(events_path, since)
+        self._read = budgeted.Budgeted(self.tail.read, name="events-read")
+        self._on_state_check = budgeted.Budgeted(on_state_check, name="checkpoint-scan")
         self.nodes = nodewatch.NodeWatch(slurm, nodes, since, verdict_path, node_settings)
         self.last_check = time.monotonic()
         self.noted: set[str] = set()
@@ -75,7 +80,7 @@ class CycleWatch:
     def tick(self, signal: Signal) -> Tick:
         """Read the new events and say whether the cycle stops now (``signal``: the one the
         launcher has pending)."""
-        events = self.tail.read()
+        events = self._read(fallback=self.tail.events)  # never waits on a stalled filesystem
         self.log.watch(events, self.since, self.tail.last_step)
         step_signal = any(e.get("kind") == EventKind.STEP_SIGNAL for e in events)
         if signal is Signal.NONE and step_signal:
@@ -90,7 +95,7 @@ class CycleWatch:
         due = time.monotonic() - self.last_check >= self.state_check_interval
         if not why and (due or self.nodes.answered() or self.nodes.verdict_failing()):
             self.last_check = time.monotonic()
-            self.on_state_check()
+            self._on_state_check(fallback=None)
             why = policy.stop_reason(replace(seen, node_fault=self._node_fault()))
         move = self.evac.poll() if self.evac is not None and not why else {}
         return Tick(why or (evacuate.reason(move) if move else ""), step_signal, stop,
