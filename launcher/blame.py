@@ -50,6 +50,7 @@ class NodeEvidence:
     exit_code: int | None = None  # the node's ft_launcher exit code; None: no record
     error_files: tuple[str, ...] = ()  # torchelastic error summaries (information only)
     slow: str = ""  # the straggler verdict's evidence ("slow: 1.8x median over 50 steps ...")
+    lost: str = ""  # its launcher vanished and its slurmd does not answer (evidence.unreachable)
 
     def as_dict(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items()
@@ -80,6 +81,8 @@ def strong_reasons(ev: NodeEvidence) -> list[str]:
         reasons.append("health verdict fail: " + (", ".join(ev.verdict_codes) or "no code"))
     if ev.slow:
         reasons.append(ev.slow)
+    if ev.lost:
+        reasons.append(ev.lost)
     return reasons
 
 

@@ -198,13 +198,14 @@ def reader(cfg: Settings, nodes: Sequence[str], since: float, job_id: int,
 
 def assess(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
            read: Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None,
-           cfg: Settings, strikes: Mapping[str, int], slow: Mapping[str, str]
+           cfg: Settings, strikes: Mapping[str, int], slow: Mapping[str, str],
+           lost: Mapping[str, str] | None = None
            ) -> tuple[blame.Decision, list[blame.NodeEvidence]]:
     """Gather the evidence and judge it (:func:`blame.decide`); when that blames nobody, wait
     for the nodes' next published verdicts (:func:`await_fresh`, ``read(after)``;
     ``read(None)``: the verdicts fresh for this cycle) and judge once more."""
     def judge() -> tuple[blame.Decision, list[blame.NodeEvidence]]:
-        evs = gather(slurm, nodes, cycle_dir, read(None) if read else {}, slow)
+        evs = gather(slurm, nodes, cycle_dir, read(None) if read else {}, slow, lost)
         return blame.decide(evs, strikes, cfg.max_strikes, cfg.max_blame_share), evs
 
     decision, evs = judge()
@@ -247,6 +248,28 @@ def vanished(record_dir: str, nodes: Sequence[str]) -> list[str]:
             if n in starts and n not in recs and not starts[n].get("signalled")]
 
 
+def unreachable(slurm: SlurmBackend, nodes: Sequence[str], timeout: float) -> dict[str, str]:
+    """Vanished ``nodes`` whose slurmd does not answer: a TCP connection to its NodeAddr and
+    port (one batched query for both) refused, or not accepted within ``timeout``
+    (MessageTimeout: what Slurm itself gives a daemon). node -> why. A node whose slurmd
+    accepts, or whose address Slurm did not give, is not judged here (Slurm's flag decides)."""
+    try:
+        found = slurm.nodes_in(list(nodes))
+    except SlurmError:
+        return {}
+    out = {}
+    for n in nodes:
+        node = found.get(n)
+        if node is None or not node.addr or not node.port:
+            continue
+        try:
+            socket.create_connection((node.addr, node.port), timeout=timeout).close()
+        except OSError as exc:
+            out[n] = (f"its launcher vanished and its slurmd at {node.addr}:{node.port} does not "
+                      f"answer ({exc.strerror or type(exc).__name__} within {timeout:g} s)")
+    return out
+
+
 def await_lost(states_of: Callable[[Sequence[str]], Mapping[str, str]], nodes: Sequence[str],
                wait_s: float, every: float = 5.0, clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
@@ -284,8 +307,10 @@ def _flagged(state: str) -> bool:
 
 def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
            found: Mapping[str, verdict_file.Verdict],
-           slow: Mapping[str, str] | None = None) -> list[blame.NodeEvidence]:
-    """Evidence per node; ``slow``: node -> the straggler verdict's evidence, if any."""
+           slow: Mapping[str, str] | None = None,
+           lost: Mapping[str, str] | None = None) -> list[blame.NodeEvidence]:
+    """Evidence per node; ``slow``: node -> the straggler verdict's evidence, if any;
+    ``lost``: node -> why it is lost (:func:`unreachable`)."""
     states = node_states(slurm, nodes)
     rec_dir = os.path.join(cycle_dir, "nodes")
     recs = exit_records(rec_dir)
@@ -303,5 +328,5 @@ def gather(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
             started=(st is not None or n in recs) if starts or recs else None,
             signalled=bool(st and st.get("signalled")),
             exit_code=rc if isinstance(rc, int) else None, error_files=tuple(errs.get(n, ())),
-            slow=(slow or {}).get(n, "")))
+            slow=(slow or {}).get(n, ""), lost=(lost or {}).get(n, "")))
     return out

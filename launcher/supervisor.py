@@ -164,12 +164,15 @@ class Supervisor:
                     type="cycle-failed", rc=rc, step=step,
                     detail="ft_launcher gave up (in-job restarts exhausted or a node's "
                            "launcher failed)"))
+            gone: dict[str, str] = {}  # vanished nodes whose slurmd does not answer
             if lost := evidence.vanished(os.path.join(cycle_dir, "nodes"), nodes):
-                print(f"resilient-launch: {', '.join(lost)}: its launcher vanished; waiting up "
-                      f"to {self.cfg.lost_node_wait:.0f} s for Slurm's view", flush=True)
-                evidence.await_lost(partial(evidence.states_now, self.slurm), lost,
-                                    self.cfg.lost_node_wait)
-            decision = self._blame(nodes, cycle_dir, started)
+                gone = evidence.unreachable(self.slurm, lost, self.message_timeout)
+                if rest := [n for n in lost if n not in gone]:
+                    print(f"resilient-launch: {', '.join(rest)}: its launcher vanished; waiting "
+                          f"up to {self.cfg.lost_node_wait:.0f} s for Slurm's view", flush=True)
+                    evidence.await_lost(partial(evidence.states_now, self.slurm), rest,
+                                        self.cfg.lost_node_wait)
+            decision = self._blame(nodes, cycle_dir, started, gone)
             for node, why in evacuate.blamed(self.evacuating).items():
                 decision.blamed.setdefault(node, why)  # the spare swap's cause: precursor
             self.evacuating = {}
@@ -313,7 +316,8 @@ class Supervisor:
         self.alloc, self.env = exclusions.release(self.slurm, self.alloc, blamed,
                                                   self.node_ledger.excluded, self.env, self.log)
 
-    def _blame(self, nodes: list[str], cycle_dir: str, since: float) -> blame.Decision:
+    def _blame(self, nodes: list[str], cycle_dir: str, since: float,
+               gone: dict[str, str]) -> blame.Decision:
         unread: dict[str, str] = {}
         read = evidence.reader(self.cfg, nodes, since, self.alloc.job_id, self.env,
                                os.path.join(cycle_dir, "verdicts"), unread)
@@ -321,7 +325,7 @@ class Supervisor:
         cfg = replace(self.cfg, verdict_wait=0.0) if self.evacuating else self.cfg
         decision, evs = evidence.assess(self.slurm, nodes, cycle_dir, read, cfg,
                                         self.node_ledger.strikes,
-                                        {n: v.evidence for n, v in self.slow.items()})
+                                        {n: v.evidence for n, v in self.slow.items()}, gone)
         evidence.report_unread(self.log, self.cfg.verdict_path, unread, "blame",
                                self.node_ledger.cycles)
         straggler.report_causes(self.log, evs)  # drained only by the hooks, for a cause

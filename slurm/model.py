@@ -39,6 +39,7 @@ class Node:
     reason_user: str = ""
     addr: str = ""  # NodeAddr: where the node's daemons (and a rendezvous on it) are reached
     reason_time: float | None = field(default=None, compare=False)  # when the reason was set
+    port: int | None = field(default=None, compare=False)  # slurmd's port (SlurmdPort)
 
     @property
     def drain(self) -> bool:

@@ -158,21 +158,22 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
     )
 
 
-_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Reason:0"
+_SINFO_FORMAT = "NodeList:|,StateComplete:|,User:|,NodeAddr:|,Port:|,Reason:0"
 
 
 def node_from_sinfo(line: str) -> Node | None:
     """A node from one line of ``sinfo -N -O`` with :data:`_SINFO_FORMAT` (the reason comes
     last and may hold ``|``; sinfo prints ``none``/``Unknown`` when no reason is set)."""
-    parts = line.rstrip("\n").split("|", 4)
-    if len(parts) != 5:
+    parts = line.rstrip("\n").split("|", 5)
+    if len(parts) != 6:
         return None
-    name, state, user, addr, reason = (p.strip() for p in parts)
+    name, state, user, addr, port, reason = (p.strip() for p in parts)
     if reason == "none" and user == "Unknown":
         reason, user = "", ""
     words = [w.rstrip("*~#!%$@^-") for w in _words(state)]  # sinfo's state suffixes
     base, flags = split_state([w for w in words if w])
-    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr)
+    return Node(name=name, state=base, flags=flags, reason=reason, reason_user=user, addr=addr,
+                port=int(port) if port.isdigit() else None)
 
 
 _SINFO_BRIEF = "NodeList:|,StateComplete:|,TimeStamp:|,Reason:0"

@@ -4,12 +4,15 @@ it awaited (one batched query per poll) before blame, since a cycle can end befo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import evidence
+from resilient_slurm.launcher import blame, evidence
+from resilient_slurm.sandbox import lifecycle
 
 
 def _write(d, node: str, *, started: bool, signalled: bool, ended: bool) -> None:
@@ -64,3 +67,28 @@ def test_await_lost_gives_up_at_the_bound() -> None:
     seen = evidence.await_lost(lambda ns: dict.fromkeys(ns, "ALLOCATED"), ["a"], 30, every=5,
                                clock=clock, sleep=clock.sleep)
     assert seen == {"a": "ALLOCATED"} and clock.t == 30
+
+
+def test_a_lost_nodes_silent_slurmd_is_strong_evidence_within_message_timeout() -> None:
+    ev = blame.NodeEvidence("n2", slurm_state="ALLOCATED", started=True,
+                            lost="its launcher vanished and its slurmd does not answer")
+    assert blame.strong_reasons(ev) == [ev.lost]
+    assert blame.decide([ev, blame.NodeEvidence("n1", started=True, exit_code=1),
+                         blame.NodeEvidence("n3", started=True, exit_code=1)], {}, 2,
+                        0.5).blamed == {"n2": [ev.lost]}
+
+
+@pytest.mark.slurm
+def test_unreachable_finds_a_killed_slurmd_at_once(slurm, clean) -> None:
+    """A lost node (its slurmd gone: ``sandbox node kill``) is judged by a connection to its
+    slurmd (refused here; a silent host: not accepted within MessageTimeout), without waiting
+    for Slurm's next ping; a live node's slurmd answers and is left to Slurm's view."""
+    lifecycle.node_kill(clean.root, "node3")
+    try:
+        t0 = time.monotonic()
+        got = evidence.unreachable(slurm, ["node2", "node3"], timeout=10.0)
+        assert list(got) == ["node3"] and "does not answer" in got["node3"], got
+        assert time.monotonic() - t0 < 10.0
+        assert "NOT_RESPONDING" not in slurm.node("node3").flags  # Slurm has not noticed yet
+    finally:
+        lifecycle.node_start(clean.root, "node3")
