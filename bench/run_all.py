@@ -20,7 +20,9 @@ never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
 * ``tiers`` (``bench/tier_bench.py``): the memory tiers' per-step cost against the fault-free
   step, 2 ranks on 2 simulated nodes, and the memory each tier holds;
 * ``inprocess`` (``bench/inprocess_sandbox.py``): ``resilient-launch --inprocess`` on a 3-node
-  sandbox, level 0's recovery per fault (exception, hang, SIGKILL of rank 0) against its bounds.
+  sandbox, level 0's recovery per fault (exception, hang, SIGKILL of rank 0) against its bounds;
+* ``scale``: the launcher's controller RPCs per running job per minute against the job's
+  node count, 4 to 64 nodes (``bench/scale_slurm.py``, ``scale-launcher.json``), fitted.
 
 Goodput everywhere is ``resilient_slurm.goodput``'s (also ``resilient-slurm report`` and the
 demo). The machine's load average is saved with every section.
@@ -54,7 +56,7 @@ RESULTS = REPO / "bench" / "results"
 # Sections in order of value; each writes bench/results/<section>.json when it completes.
 SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
             "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "inprocess",
-            "tiers", "render")
+            "tiers", "scale", "render")
 HB_TIMEOUT_S = 20.0  # heartbeat (resilient-launch, ft_launcher) = baseline's collective timeout
 CURVE_SIZES = (4, 8, 16, 32)
 
@@ -211,6 +213,11 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
 
         save(out, name, {"section": name, "load_avg_at_start": load,
                          **tier_bench.run(tier_bench.parse([]))})
+    elif name == "scale":  # the launcher's part: controller RPCs per job against nodes
+        import scale_slurm
+
+        save(out, "scale-launcher", scale_slurm.section(
+            os.path.join(sub, "sandbox"), [4, 8, 16, 32, 64], 120.0))
     elif name == "render":
         render_all(out)
     else:
