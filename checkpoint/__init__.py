@@ -18,6 +18,7 @@ restored, or None (fresh start). Keyword arguments configure the tiers on the fi
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
 from typing import Any
 
 from resilient_slurm.checkpoint.tiers import CheckpointError, Tiers
@@ -46,9 +47,12 @@ def save(state_dict: Any, step: int, **options: Any) -> float:
     return configure(**options).save(state_dict, step)
 
 
-def load(state_dict: Any, **options: Any) -> int | None:
-    """Collective: restore the newest step every rank can get; its step, or None."""
-    return configure(**options).load(state_dict)
+def load(state_dict: Any, newer_than: int | None = None,
+         check: Callable[[], bool] | None = None, **options: Any) -> int | None:
+    """Collective: restore the newest step every rank can get (newer than ``newer_than``);
+    its step, or None. ``check`` (every rank, after the state is in place: e.g. the loss on
+    a probe batch is finite) rejecting it on any rank falls back to the next tier."""
+    return configure(**options).load(state_dict, newer_than=newer_than, check=check)
 
 
 def stats() -> dict[str, Any]:

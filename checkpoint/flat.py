@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -40,21 +41,44 @@ def leaves(state: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def layout(state: Any, prefix: str = "") -> dict[str, tuple[str, int, list[int]]]:
-    """How each DTensor of ``state`` is laid out, by path name: ``("shard", dim, global
-    shape)``, ``("replicate", -1, shape)`` or ``("other", -1, shape)`` (several mesh
-    dimensions or a partial placement: restorable on the same world size only). Plain
-    tensors are absent. Saved with a snapshot, so a smaller or larger world can merge the
-    shards (:func:`fill_resharded`)."""
-    out: dict[str, tuple[str, int, list[int]]] = {}
+def leaves_full(state: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """:func:`leaves` with each DTensor itself (its placements), not its local shard."""
+    out: list[tuple[str, torch.Tensor]] = []
+    if isinstance(state, torch.Tensor):
+        out.append((prefix, state))
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            out += leaves_full(v, f"{prefix}/{k}")
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            out += leaves_full(v, f"{prefix}/{i}")
+    return out
+
+
+def _placement_rows(t: DTensor) -> tuple[str, int, int, list[int]]:
+    """How a DTensor's local shard sits in the global tensor: ``("rows", start, stop, shape)``
+    when every mesh dimension is ``Shard(0)`` or ``Replicate()`` (FSDP2, HSDP: the shard is a
+    contiguous row range of the global tensor), ``("whole", 0, n, shape)`` when it is
+    replicated everywhere (or 0-dimensional), else ``("other", -1, -1, shape)`` (tensor
+    parallel, strided or partial placements: same world size only)."""
+    shape = list(t.shape)
+    pl = t.placements
+    if any(type(p) not in (Shard, Replicate) or (type(p) is Shard and p.dim != 0)  # noqa: E721
+           for p in pl):
+        return ("other", -1, -1, shape)
+    if not shape or all(type(p) is Replicate for p in pl):  # noqa: E721
+        return ("whole", 0, shape[0] if shape else 0, shape)
+    local, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, pl)
+    return ("rows", int(offset[0]), int(offset[0]) + int(local[0]), shape)
+
+
+def layout(state: Any, prefix: str = "") -> dict[str, tuple[str, int, int, list[int]]]:
+    """How each DTensor of ``state`` is laid out, by path name (:func:`_placement_rows`).
+    Plain tensors are absent. Saved with a snapshot, so a world of another size can fetch the
+    rows of its own shard that overlap each old shard (:mod:`reshard`)."""
+    out: dict[str, tuple[str, int, int, list[int]]] = {}
     if isinstance(state, DTensor):
-        pl = state.placements
-        kind, dim = "other", -1
-        if len(pl) == 1 and isinstance(pl[0], Shard):
-            kind, dim = "shard", int(pl[0].dim)
-        elif len(pl) == 1 and isinstance(pl[0], Replicate):
-            kind = "replicate"
-        out[prefix] = (kind, dim, list(state.shape))
+        out[prefix] = _placement_rows(state)
     elif isinstance(state, dict):
         for k, v in state.items():
             out.update(layout(v, f"{prefix}/{k}"))
@@ -154,21 +178,40 @@ def unpack(blob: bytearray | bytes) -> Any:
     return unpack_with_layout(blob)[0]
 
 
+def header(blob: Any) -> tuple[dict[str, Any], int]:
+    """``(header, base)`` of a packed snapshot (any buffer holding at least its prefix): the
+    pickled skeleton, tensor table and layout, and the offset where the tensors' bytes start.
+    Trusted input: written by this job."""
+    (hlen,) = struct.unpack_from("<Q", blob, 0)
+    head = pickle.loads(bytes(memoryview(blob)[8:8 + hlen]))  # noqa: S301 - our own snapshot
+    return head, _align(8 + hlen)
+
+
 def unpack_with_layout(blob: bytearray | bytes) -> tuple[Any, dict[str, Any]]:
     """``(state, layout)``: :func:`unpack` and the saved :func:`layout` of its DTensors."""
-    (hlen,) = struct.unpack_from("<Q", blob, 0)
-    header = pickle.loads(bytes(blob[8:8 + hlen]))  # noqa: S301 - our own snapshot
-    base = _align(8 + hlen)
+    head, base = header(blob)
     raw = memoryview(blob)
     tensors = []
-    for _, dtype, shape, off, n in header["tensors"]:
+    for _, dtype, shape, off, n in head["tensors"]:
         dt = getattr(torch, dtype)
         if n:
             t = torch.frombuffer(bytearray(raw[base + off:base + off + n]), dtype=dt)
         else:
             t = torch.empty(0, dtype=dt)
         tensors.append(t.view(shape))
-    return _fill_refs(header["skeleton"], tensors), dict(header.get("layout", {}))
+    return _fill_refs(head["skeleton"], tensors), dict(head.get("layout", {}))
+
+
+def unpack_views(buf: torch.Tensor) -> Any:
+    """The state a packed snapshot in the uint8 host tensor ``buf`` holds, every tensor a view
+    into ``buf`` (no copy: valid while ``buf`` lives and is not reused)."""
+    head, base = header(as_bytes(buf))
+    tensors = []
+    for _, dtype, shape, off, n in head["tensors"]:
+        dt = getattr(torch, dtype)
+        t = buf[base + off:base + off + n].view(dt) if n else torch.empty(0, dtype=dt)
+        tensors.append(t.view(shape))
+    return _fill_refs(head["skeleton"], tensors)
 
 
 def _fill_refs(x: Any, tensors: list[torch.Tensor]) -> Any:
@@ -185,9 +228,11 @@ class ShapeMismatch(ValueError):
     pass
 
 
-def fill(target: Any, saved: Any, prefix: str = "") -> Any:
+def fill(target: Any, saved: Any, prefix: str = "", non_blocking: bool = False) -> Any:
     """Copy ``saved`` into ``target`` in place (tensors ``copy_``'d, including a DTensor's local
-    shard; other values replaced in their dict or list); returns the filled object."""
+    shard; other values replaced in their dict or list); returns the filled object. With
+    ``non_blocking`` (``saved`` in pinned host memory, ``target`` on a device) the copies are
+    asynchronous: the caller synchronizes before it reuses ``saved``'s memory."""
     if isinstance(target, torch.Tensor):
         if not isinstance(saved, torch.Tensor):
             raise ShapeMismatch(f"{prefix or '/'}: saved value is not a tensor")
@@ -196,62 +241,41 @@ def fill(target: Any, saved: Any, prefix: str = "") -> Any:
             raise ShapeMismatch(f"{prefix or '/'}: saved shape {list(saved.shape)} != "
                                 f"{list(local.shape)}")
         with torch.no_grad():
-            local.copy_(saved)
+            local.copy_(saved, non_blocking=non_blocking)
         return target
     if isinstance(target, dict) and isinstance(saved, dict):
         for k, v in saved.items():
-            target[k] = fill(target[k], v, f"{prefix}/{k}") if k in target else v
+            target[k] = (fill(target[k], v, f"{prefix}/{k}", non_blocking) if k in target
+                         else v)
         return target
     if isinstance(target, list) and isinstance(saved, list) and len(target) == len(saved):
         for i, v in enumerate(saved):
-            target[i] = fill(target[i], v, f"{prefix}/{i}")
+            target[i] = fill(target[i], v, f"{prefix}/{i}", non_blocking)
         return target
     return saved
 
 
-def fill_resharded(target: Any, parts: list[tuple[Any, dict[str, Any]]], rank: int) -> Any:
-    """Fill ``target`` (this rank's state dict on the new world) in place from every rank's
-    snapshot of another world size (``parts[r]``: old rank ``r``'s :func:`unpack_with_layout`).
-    A sharded tensor is merged along its shard dimension (checked against the saved global
-    shape) and this rank's piece of it is cut the way the target's own placement cuts it;
-    plain tensors and other values come from old rank ``rank``'s snapshot when there was one,
-    else from old rank 0's. Raises :class:`ShapeMismatch` for a layout it cannot merge."""
-    own = parts[rank][0] if rank < len(parts) else parts[0][0]
-    return _fill_merged(target, own, [p[0] for p in parts], parts[0][1], "")
+def fill_values(target: Any, skeleton: Any) -> Any:
+    """Set ``target``'s plain (non-tensor) values from a snapshot's skeleton in place, leaving
+    its tensors (the skeleton's references) alone; returns the filled object."""
+    if isinstance(skeleton, _Ref):
+        return target
+    if isinstance(target, dict) and isinstance(skeleton, dict):
+        for k, v in skeleton.items():
+            target[k] = fill_values(target[k], v) if k in target else _no_refs(v)
+        return target
+    if isinstance(target, list) and isinstance(skeleton, list) and len(target) == len(skeleton):
+        for i, v in enumerate(skeleton):
+            target[i] = fill_values(target[i], v)
+        return target
+    return _no_refs(skeleton)
 
 
-def _fill_merged(target: Any, own: Any, subs: list[Any], lay: dict[str, Any],
-                 prefix: str) -> Any:
-    """``own``: this rank's value at ``prefix``; ``subs``: every old rank's value there."""
-    if isinstance(target, DTensor):
-        kind, dim, shape = lay.get(prefix, ("plain", -1, None))
-        if kind == "shard":
-            full = torch.cat(subs, dim=dim)
-            if list(full.shape) != list(shape) or list(full.shape) != list(target.shape):
-                raise ShapeMismatch(f"{prefix}: merged shape {list(full.shape)}, saved "
-                                    f"{shape}, target {list(target.shape)}")
-            # every rank holds the whole tensor: cut its piece locally, on the mesh's device
-            piece = distribute_tensor(full.to(target.to_local().device), target.device_mesh,
-                                      target.placements, src_data_rank=None).to_local()
-        elif kind == "replicate":
-            piece = subs[0]
-        else:
-            raise ShapeMismatch(f"{prefix}: a {kind} layout cannot be resharded")
-        return fill(target, piece, prefix)
-    if isinstance(target, torch.Tensor):
-        return fill(target, own, prefix)
-    if isinstance(target, dict) and isinstance(own, dict):
-        for k in own:
-            if k in target and all(isinstance(x, dict) and k in x for x in subs):
-                target[k] = _fill_merged(target[k], own[k], [x[k] for x in subs], lay,
-                                         f"{prefix}/{k}")
-            else:
-                target[k] = own[k]
-        return target
-    if (isinstance(target, list) and isinstance(own, list) and len(target) == len(own)
-            and all(isinstance(x, list) and len(x) == len(own) for x in subs)):
-        for i in range(len(own)):
-            target[i] = _fill_merged(target[i], own[i], [x[i] for x in subs], lay,
-                                     f"{prefix}/{i}")
-        return target
-    return own
+def _no_refs(x: Any) -> Any:
+    if isinstance(x, _Ref):
+        raise ShapeMismatch("a saved tensor has no place in the state dict")
+    if isinstance(x, dict):
+        return {k: _no_refs(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_no_refs(v) for v in x)
+    return x

@@ -170,6 +170,28 @@ def read(snap: Snapshot) -> bytearray | None:
     return blob
 
 
+def read_into(snap: Snapshot, buf: memoryview) -> bool:
+    """Read the snapshot's file into ``buf`` (exactly ``snap.nbytes`` long: one read, no other
+    copy) and check it against its marker (size, and CRC-32 unless the writer recorded
+    :data:`NO_CRC`). False when anything does not match: never load ``buf`` then."""
+    marker = read_marker(snap.path, snap.owner, snap.step)
+    if marker is None or marker[1] != snap.nbytes or buf.nbytes != snap.nbytes:
+        return False
+    try:
+        with open(snap.data, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size != snap.nbytes:
+                return False
+            got = 0
+            while got < snap.nbytes:
+                n = fh.readinto(buf[got:])
+                if not n:
+                    return False
+                got += n
+    except OSError:
+        return False
+    return marker[2] == NO_CRC or crc32(buf) == marker[2]
+
+
 def _dirs(parent: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
     try:
         names = os.listdir(parent)
@@ -179,9 +201,10 @@ def _dirs(parent: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
                   for n in names if (m := pattern.match(n)))
 
 
-def scan(job_dir: str, verify: bool = True) -> list[Snapshot]:
-    """Every committed snapshot under ``job_dir``, oldest step first. With ``verify`` the
-    data is read and its CRC checked (loads are rare; a save never scans)."""
+def scan(job_dir: str, verify: bool = False) -> list[Snapshot]:
+    """Every committed snapshot under ``job_dir``, oldest step first: its marker valid and its
+    file of the marker's size. With ``verify`` every file is also read and its CRC checked
+    (tests); a load reads and checks only the snapshots it chose (:func:`read_into`)."""
     found = []
     for owner, odir in _dirs(job_dir, _OWNER_RE):
         for step, sdir in _dirs(odir, _STEP_RE):

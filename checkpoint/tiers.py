@@ -29,13 +29,14 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import budget, flat, peers, reshard, store
+from resilient_slurm.checkpoint import budget, flat, peers, restore, store
 from resilient_slurm.checkpoint.durable import Durable
 
 CheckpointError = store.CheckpointError  # a save or load that cannot be done
@@ -88,13 +89,16 @@ class Tiers:
             save of 12 MiB, measured by ``bench/tier_bench.py --no-checksum``.
         nice: CPU priority of the background writer and its gloo threads (0-19; 0: the
             process's own). See the module docstring for why 0 is the default.
+        reshard_max_bytes: above this many bytes received by one rank, a change of world
+            size restores from the durable tier instead of resharding node memory
+            (``RESILIENT_RESHARD_MAX_BYTES``; None: no limit).
     """
 
     def __init__(self, durable_dir: str | None = None, durable_every: int = 0, keep: int = 2,
                  durable_keep: int = 2, root: str | None = None, job: str | None = None,
                  replicate: bool = True, timeout_s: float = 300.0,
                  max_bytes: int | str | None = None, nice: int = 0,
-                 checksum: bool = True) -> None:
+                 checksum: bool = True, reshard_max_bytes: int | str | None = None) -> None:
         if keep < 1 or durable_keep < 1 or durable_every < 0:
             raise ValueError("keep and durable_keep must be >= 1, durable_every >= 0")
         if not 0 <= nice <= 19:
@@ -105,6 +109,9 @@ class Tiers:
         if self.cap is not None and self.cap < 1:
             raise ValueError(f"max_bytes must be >= 1, got {self.cap}")
         self.keep_asked = keep
+        limit = (reshard_max_bytes if reshard_max_bytes is not None
+                 else os.environ.get("RESILIENT_RESHARD_MAX_BYTES"))
+        self.reshard_max_bytes = budget.parse_size(limit) if isinstance(limit, str) else limit
         if durable_every and not durable_dir:
             raise ValueError("durable_every needs durable_dir")
         self.keep, self.durable_keep = keep, durable_keep
@@ -278,66 +285,16 @@ class Tiers:
             self.durable.finish()
 
     # -- loading --------------------------------------------------------------------------
-    def load(self, state_dict: Any) -> int | None:
-        """Collective: fill ``state_dict`` from the newest step every rank can get; its step,
-        or None when no tier holds a complete step (fresh start)."""
+    def load(self, state_dict: Any, newer_than: int | None = None,
+             check: Callable[[], bool] | None = None) -> int | None:
+        """Collective: fill ``state_dict`` in place from the newest step every rank can get
+        (newer than ``newer_than``); its step, or None when no tier holds one (fresh start;
+        ``state_dict`` untouched). Only the chosen snapshot is read and verified; a corrupt
+        one, a layout that cannot be resharded, or a state ``check`` rejects on any rank falls
+        back to the next source (:mod:`restore`)."""
         self._setup()
         self.wait()
-        snaps = {(s.owner, s.step, s.world): s for s in store.scan(self.job_dir)}
-        gathered: list[Any] = [None] * self.world
-        dist.all_gather_object(gathered, sorted(snaps))
-        holdings: list[list[peers.Holding]] = [[(int(h[0]), int(h[1]), int(h[2])) for h in g]
-                                             for g in gathered]
-        mem_step = peers.choose(holdings, self.world)
-        other = peers.choose_other(holdings, self.world)
-        commit: list[Any] = [self.durable.latest() if self.durable and self.rank == 0 else None]
-        dist.broadcast_object_list(commit, src=0)
-        disk = commit[0]
-        newest = max([s for s in (mem_step, disk.step if disk is not None else None)
-                      if s is not None], default=None)
-        if other is not None and (newest is None or other[0] > newest):
-            return self._load_resharded(state_dict, snaps, holdings, *other, disk)
-        if disk is not None and (mem_step is None or disk.step > mem_step):
-            assert self.durable is not None
-            store.drop_after(self.job_dir, disk.step)
-            self.durable.load(state_dict, disk)
-            self.last_load = {"step": disk.step, "tier": "durable", "memory_step": mem_step}
-            return int(disk.step)
-        if mem_step is None:
-            self.last_load = {"step": None, "tier": None}
-            return None
-        key = (self.rank, mem_step, self.world)
-        blob = store.read(snaps[key]) if key in snaps else None
-        store.drop_after(self.job_dir, mem_step)  # after every rank listed its snapshots
-        tier = "own memory" if blob is not None else "peer copy"
-        for src, dst in peers.plan(holdings, mem_step, self.world):
-            if self.rank == src:
-                held = store.read(snaps[(dst, mem_step, self.world)])
-                if held is None:
-                    raise CheckpointError(f"snapshot of rank {dst} step {mem_step} vanished")
-                peers.send(self.group, dst, held)
-            elif self.rank == dst:
-                blob = peers.recv(self.group, src)
-                store.write(self.job_dir, self.rank, mem_step, self.world, blob)
-        if blob is None:
-            raise CheckpointError(f"rank {self.rank}: snapshot of step {mem_step} unreadable")
-        flat.fill(state_dict, flat.unpack(blob))
-        self.last_load = {"step": mem_step, "tier": tier,
-                          "durable_step": None if disk is None else disk.step}
-        return mem_step
-
-    def _load_resharded(self, state_dict: Any, snaps: dict[Any, store.Snapshot],
-                        holdings: list[list[peers.Holding]], step: int, old_world: int,
-                        disk: Any) -> int:
-        try:
-            reshard.load(self.group, self.rank, self.job_dir, state_dict, snaps, holdings,
-                         step, old_world)
-        except reshard.ReshardError as exc:
-            raise CheckpointError(str(exc)) from exc
-        self.last_load = {"step": step, "tier": f"memory, resharded from {old_world} ranks",
-                          "resharded_from": old_world,
-                          "durable_step": None if disk is None else disk.step}
-        return step
+        return restore.load(self, state_dict, newer_than, check)
 
     def reset(self, timeout_s: float = 10.0) -> bool:
         """Forget the process groups (an in-process restart rebuilt them): the writer stops,

@@ -73,6 +73,7 @@ from resilient_slurm.payloads_job import (
     StepSignal,
     StepTiming,
     Stopped,
+    TierFallback,
     TrainingResume,
     WorkerFailed,
     WorkerRestart,
@@ -150,6 +151,7 @@ class EventKind(StrEnum):
     STOPPED = "stopped"  # the training saved and stopped on a signal
     COMPLETE = "complete"  # the training finished
     CONFIG_ERROR = "config_error"  # a configuration error no retry can fix (fatal.py)
+    TIER_FALLBACK = "tier_fallback"  # a memory-tier restore passed over a source
 
 
 # -- typed payloads (resilient_slurm/payloads.py, payloads_job.py; docs/events.md lists the
@@ -181,6 +183,7 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.CHECKPOINT: (Checkpoint,), EventKind.RECOVERED: (Recovered,),
     EventKind.STEP_TIMING: (StepTiming,), EventKind.STOPPED: (Stopped,),
     EventKind.COMPLETE: (Complete,), EventKind.CONFIG_ERROR: (ConfigErrorEvent,),
+    EventKind.TIER_FALLBACK: (TierFallback,),
 }
 
 

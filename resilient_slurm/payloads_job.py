@@ -77,6 +77,19 @@ class Progress(TypedDict, total=False):
     loss: float
     step_time: float
     peer_copy_s: float | None
+    durable: str  # the memory tiers' durable commit: its directory
+
+
+class TierFallback(TypedDict, total=False):
+    """``tier_fallback``: a memory-tier restore passed over a source (a snapshot that failed its
+    digest, a layout that cannot be resharded, a restored state that failed the caller's
+    check) and took the next (``then``)."""
+
+    step: int | None
+    tier: str
+    reason: str
+    then: str
+    rank: int
 
 
 class Checkpoint(TypedDict, total=False):

@@ -3,11 +3,13 @@
 
 Contract: :meth:`MemoryTiers.resume` is collective (every rank calls it once, after any disk
 restore); it returns the memory step it loaded when that is newer than the disk step, else the
-disk step, and then the model and optimizer are exactly as before (the tiers fill a copy,
-never the live tensors, and the optimizer state torch's ``get_state_dict`` initializes on a
-fresh optimizer is dropped again, so a fresh run equals one without tiers bit for bit).
+disk step; when it returns the disk step the model and optimizer are exactly as before (the
+tiers touch nothing unless they load, and the optimizer state torch's ``get_state_dict``
+initializes on a fresh optimizer is dropped again, so a fresh run equals one without tiers bit
+for bit).
 :meth:`save` snapshots the state after a step (staged, written in the background). Disabled
-(``MemoryTiers(False)``), every call is a no-op.
+(``MemoryTiers(False)``), every call is a no-op. The restore fills the live tensors in place
+(:func:`load_into`): no clone of the state on the device.
 """
 
 from __future__ import annotations
@@ -19,32 +21,27 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 
-def copy_state(x: Any) -> Any:
-    """A detached copy of a state dict's tensors (the structure rebuilt)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    if isinstance(x, dict):
-        return {k: copy_state(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [copy_state(v) for v in x]
-    return x
-
-
-def load_into(load: Callable[[dict[str, Any]], int | None], model: torch.nn.Module,
+def load_into(load: Callable[..., int | None], model: torch.nn.Module,
               optimizer: torch.optim.Optimizer, extra: bool = False,
-              newer_than: int | None = None) -> tuple[int, dict[str, Any]] | None:
-    """Fill the model and optimizer from ``load`` (a tiers' load, filling a state dict in
-    place) when it finds a step newer than ``newer_than``: ``(step, state)``, ``state`` with
-    the saved ``extra`` when asked. Else None, and the model and optimizer are exactly as
-    before: the tiers fill a copy, never the live tensors, and the optimizer state
-    ``get_state_dict`` initializes on a fresh optimizer is dropped again."""
+              newer_than: int | None = None,
+              check: Callable[[], bool] | None = None) -> tuple[int, dict[str, Any]] | None:
+    """Fill the model and optimizer from ``load`` (a tiers' load: ``load(state, newer_than=,
+    check=)`` fills a state dict in place) when it finds a step newer than ``newer_than``:
+    ``(step, state)``, ``state`` with the saved ``extra`` when asked. The state dict handed to
+    ``load`` holds the live tensors (``get_state_dict``'s views of the parameters and the
+    optimizer state), so the snapshot is copied from host memory straight into them: no
+    second copy of the state on the device. ``set_state_dict`` then applies the rest (the
+    optimizer's hyper-parameters; its tensors are already in place, so it copies none). On
+    None the model and optimizer are exactly as before: the tiers touch nothing unless they
+    load, and the optimizer state ``get_state_dict`` initializes on a fresh optimizer is
+    dropped again."""
     fresh = not optimizer.state
     msd, osd = get_state_dict(model, optimizer)
-    state: dict[str, Any] = {"model": copy_state(msd), "optim": copy_state(osd)}
+    state: dict[str, Any] = {"model": msd, "optim": osd}
     if extra:
         state["extra"] = {}
-    step = load(state)
-    if step is None or (newer_than is not None and step <= newer_than):
+    step = load(state, newer_than=newer_than, check=check)
+    if step is None:
         if fresh:
             optimizer.state.clear()  # get_state_dict's zero-grad, lr-0 step: no trace
         return None

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from resilient_slurm.checkpoint import peers, store  # noqa: E402
+from resilient_slurm.checkpoint import peers, restore, store  # noqa: E402
 
 WORLD, STEPS, NODES = 3, 4, 2
 DAMAGE = ["intact", "no_data", "no_marker", "truncate", "flip", "bad_json", "wrong_step",
@@ -68,15 +68,35 @@ def test_torn_or_missing_snapshots_never_load_wrong(tmp_path_factory, damage) ->
                     intact[(owner, step)] = intact.get((owner, step), 0) + 1
                 i += 1
     scans = [{(s.owner, s.step, s.world): s for s in store.scan(d)} for d in nodes]
-    chosen = peers.choose([sorted(s) for s in scans], WORLD)
+    # what a load does (checkpoint/restore.py): choose over the markers, read and verify only
+    # the chosen step, each owner once; a copy that fails its digest is dropped and the
+    # choice made again, until a step verifies or none is left
+    holdings = [set(s) for s in scans]
+    reads: list[tuple[int, int]] = []
+    chosen = None
+    for _ in range(WORLD * STEPS * NODES + 1):
+        chosen = peers.choose([sorted(h) for h in holdings], WORLD)
+        if chosen is None:
+            break
+        who = restore.readers(holdings, chosen, WORLD)
+        assert sorted(who) == list(range(WORLD))  # every owner read once, by one holder
+        bad = []
+        for owner, node in who.items():
+            snap = scans[node][(owner, chosen, WORLD)]
+            buf = bytearray(snap.nbytes)
+            reads.append((owner, chosen))
+            if not store.read_into(snap, memoryview(buf)):
+                bad.append((node, (owner, chosen, WORLD)))
+            else:
+                assert bytes(buf) == _blob(owner, chosen)  # every byte read is what was written
+        if not bad:
+            break
+        for node, key in bad:
+            holdings[node].discard(key)
     complete = [s for s in range(1, STEPS + 1) if all((o, s) in intact for o in range(WORLD))]
     assert chosen == max(complete, default=None)  # the newest intact step, never a torn one
-    if chosen is None:
-        return
-    for owner in range(WORLD):
-        blobs = [store.read(s[(owner, chosen, WORLD)]) for s in scans
-                 if (owner, chosen, WORLD) in s]
-        assert blobs and all(b == _blob(owner, chosen) for b in blobs)
+    # only chosen steps were read: never a step older than the one loaded
+    assert all(step >= (chosen or 0) for _, step in reads)
 
 
 def test_prune_keeps_the_newest_k_and_deletes_the_marker_first(tmp_path) -> None:
@@ -138,13 +158,15 @@ def test_a_save_overwrites_the_oldest_kept_file_in_place(tmp_path) -> None:
     assert store.recyclable(job, 0, 6, 1) is None
 
 
-def test_a_copy_carries_its_owners_crc_and_a_bad_one_is_never_listed(tmp_path) -> None:
+def test_a_copy_carries_its_owners_crc_and_a_bad_one_is_never_loaded(tmp_path) -> None:
     job = str(tmp_path / "job")
     blob = _blob(1, 3)
     good = store.write(job, 1, 3, 2, blob, crc=store.crc32(blob))
     assert [s.step for s in store.scan(job)] == [3] and good.crc32 == store.crc32(blob)
     store.write(job, 1, 4, 2, blob, crc=store.crc32(blob) ^ 1)  # damaged in transit
-    assert [s.step for s in store.scan(job)] == [3]
+    assert [s.step for s in store.scan(job, verify=True)] == [3]
+    listed = store.scan(job)[-1]  # listed by its marker, refused when read
+    assert listed.step == 4 and not store.read_into(listed, memoryview(bytearray(len(blob))))
 
 
 def test_without_a_checksum_a_torn_file_is_still_never_listed(tmp_path) -> None:
@@ -153,7 +175,7 @@ def test_without_a_checksum_a_torn_file_is_still_never_listed(tmp_path) -> None:
     snap = store.write(job, 0, 1, 1, blob, checksum=False)
     assert snap.crc32 == store.NO_CRC and store.read(store.scan(job)[0]) == blob
     _damage(snap.path, "flip", 0, 1)  # the documented trade: a flipped byte goes unseen
-    assert [s.step for s in store.scan(job)] == [1]
+    assert [s.step for s in store.scan(job, verify=True)] == [1]
     _damage(snap.path, "truncate", 0, 1)
     assert store.scan(job) == []
     store.write(job, 0, 2, 1, blob, crc=store.NO_CRC)  # a peer copy of an unchecksummed one
