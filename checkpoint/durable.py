@@ -11,6 +11,7 @@ marker is never loaded. DCP reshards on load, so a durable save also serves anot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 import torch.distributed.checkpoint as dcp
 
+from resilient_slurm.events import EventKind, EventLog, Progress
 from resilient_slurm.fsutil import atomic_write_json
 from resilient_slurm.training import layout
 
@@ -40,8 +42,19 @@ def commit(directory: str, step: int, world: int, session: str) -> bool:
     return True
 
 
+def _progress(step: int, directory: str) -> None:
+    """A ``progress`` event per durable commit (``$RESILIENT_EVENTS_FILE``, source
+    ``checkpoint``): what the launcher's no-progress rule and the report read."""
+    path = os.environ.get("RESILIENT_EVENTS_FILE")
+    if path:
+        with contextlib.suppress(OSError):
+            EventLog(path, "checkpoint").emit(EventKind.PROGRESS, **Progress(
+                step=step, rank=0, durable=directory))
+
+
 class Durable:
-    """Asynchronous DCP saves every ``every`` tier saves, with retention ``keep``."""
+    """Asynchronous DCP saves at every step that is a multiple of ``every``, with retention
+    ``keep``; a ``progress`` event per commit."""
 
     def __init__(self, directory: str, every: int, keep: int, group: Any,
                  rank: int, world: int, session: str) -> None:
@@ -54,8 +67,10 @@ class Durable:
         self.failed: list[tuple[int, str]] = []
         self.last_stall = 0.0
 
-    def due(self, count: int) -> bool:
-        return self.every > 0 and count % self.every == 0
+    def due(self, step: int) -> bool:
+        """A durable save is due at every step that is a multiple of ``every`` (by step
+        number, not by saves since the process started)."""
+        return self.every > 0 and step % self.every == 0
 
     def save(self, state_dict: Any, step: int) -> None:
         """Start a save of ``step``; a save still in flight is finished first (one at a time:
@@ -87,6 +102,7 @@ class Durable:
                     self.failed.append((step, "files missing after the save ended"))
                     continue
                 layout.apply_retention(self.directory, self.keep)
+                _progress(step, layout.step_dir(self.directory, step))
             done.append(step)
             self.committed.append(step)
         return done

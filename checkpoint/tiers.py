@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import budget, flat, peers, restore, store
+from resilient_slurm.checkpoint import budget, flat, peers, restore, signals, store
 from resilient_slurm.checkpoint.durable import Durable
 
 CheckpointError = store.CheckpointError  # a save or load that cannot be done
@@ -72,7 +72,11 @@ class Tiers:
 
     Args:
         durable_dir: shared directory of tier 3 (None: no durable saves).
-        durable_every: a durable save every this many saves (0: none).
+        durable_every: a durable save at every step that is a multiple of this (0: none),
+            counted by step number, so a job that restarts often still reaches disk.
+        flush_signals: with a durable tier, SIGTERM and SIGUSR1 make the next ``save`` write
+            its step to the durable tier and wait for the commit before the signal takes its
+            course (:mod:`signals`).
         keep: snapshots kept per rank in each node's memory (own and each peer copy).
         durable_keep: committed durable saves kept.
         root: node-memory directory (``RESILIENT_TIER1_DIR``, else ``/dev/shm``); ``{node}``
@@ -98,7 +102,8 @@ class Tiers:
                  durable_keep: int = 2, root: str | None = None, job: str | None = None,
                  replicate: bool = True, timeout_s: float = 300.0,
                  max_bytes: int | str | None = None, nice: int = 0,
-                 checksum: bool = True, reshard_max_bytes: int | str | None = None) -> None:
+                 checksum: bool = True, reshard_max_bytes: int | str | None = None,
+                 flush_signals: bool = True) -> None:
         if keep < 1 or durable_keep < 1 or durable_every < 0:
             raise ValueError("keep and durable_keep must be >= 1, durable_every >= 0")
         if not 0 <= nice <= 19:
@@ -109,6 +114,8 @@ class Tiers:
         if self.cap is not None and self.cap < 1:
             raise ValueError(f"max_bytes must be >= 1, got {self.cap}")
         self.keep_asked = keep
+        self.flush_signals = flush_signals
+        self._flush: signals.SignalFlush | None = None
         limit = (reshard_max_bytes if reshard_max_bytes is not None
                  else os.environ.get("RESILIENT_RESHARD_MAX_BYTES"))
         self.reshard_max_bytes = budget.parse_size(limit) if isinstance(limit, str) else limit
@@ -123,7 +130,7 @@ class Tiers:
         self.replicate, self.timeout_s = replicate, timeout_s
         self.timings = Timings()
         self.last_load: dict[str, Any] = {}
-        self._ready, self._count = False, 0
+        self._ready = False
         self._stager = flat.Stager()
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._last: _Job | None = None
@@ -160,6 +167,9 @@ class Tiers:
             self.durable = Durable(self.durable_dir, self.durable_every, self.durable_keep,
                                    dist.new_group(backend="gloo", timeout=timeout),
                                    self.rank, self.world, str(session[0]))
+            if self.flush_signals and self._flush is None:
+                self._flush = signals.SignalFlush(dist.new_group(backend="gloo",
+                                                                 timeout=timeout))
         os.makedirs(self.job_dir, mode=0o700, exist_ok=True)
         clash = store.claim(self.job_dir, peers.node_name())
         flag = torch.tensor([1 if clash else 0], dtype=torch.int64)
@@ -181,11 +191,16 @@ class Tiers:
         job = _Job(step, self.world, staged)
         self._last = job
         self._queue.put(job)
-        self._count += 1
         if self.durable is not None:
-            if self.durable.due(self._count):
+            flush = self._flush.agreed() if self._flush is not None else 0
+            if self.durable.due(step) or flush:
                 self.durable.save(state_dict, step)
             self.durable.poll()
+            if flush and self._flush is not None:
+                self.wait()  # the memory tiers and the durable commit of this step
+                print(f"[resilient-checkpoint] rank {self.rank}: signal {flush}: step {step} "
+                      "committed to the durable tier", flush=True)
+                self._flush.finish(flush)
         t = self.timings
         t.stage, t.stall = t1 - t0, time.perf_counter() - t0
         t.saves += 1
@@ -305,6 +320,9 @@ class Tiers:
             self._queue.put(None)
             self._thread.join(timeout_s)
             stopped = not self._thread.is_alive()
+        if self._flush is not None:
+            self._flush.restore()
+        self._flush = None
         self._ready, self._thread, self._error, self._last = False, None, None, None
         self._queue = queue.Queue()
         self._recv, self.memory, self.durable = None, None, None

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 
 def load_into(load: Callable[..., int | None], model: torch.nn.Module,
@@ -40,7 +41,8 @@ def load_into(load: Callable[..., int | None], model: torch.nn.Module,
     state: dict[str, Any] = {"model": msd, "optim": osd}
     if extra:
         state["extra"] = {}
-    step = load(state, newer_than=newer_than, check=check)
+    step = load(state, newer_than=newer_than, check=None if check is None else _resharding(
+        check, model))
     if step is None:
         if fresh:
             optimizer.state.clear()  # get_state_dict's zero-grad, lr-0 step: no trace
@@ -48,6 +50,18 @@ def load_into(load: Callable[..., int | None], model: torch.nn.Module,
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     return int(step), state
+
+
+def _resharding(check: Callable[[], bool], model: torch.nn.Module) -> Callable[[], bool]:
+    """``check`` followed by FSDP2's reshard: a forward leaves the root module's parameters
+    unsharded, and the state dict (and the optimizer) name the sharded ones."""
+    def run() -> bool:
+        ok = check()
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return ok
+    return run
 
 
 class MemoryTiers:

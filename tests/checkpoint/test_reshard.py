@@ -6,6 +6,8 @@ read by one rank, and a layout it cannot reshard is refused with the reason."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ def chunk(n: int, shards: int, s: int) -> tuple[int, int]:
     return min(s * size, n), min((s + 1) * size, n)
 
 
-def _bytes(t: torch.Tensor) -> bytes:
+def _bytes(t: Any) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
@@ -94,7 +96,7 @@ def test_every_new_shard_is_assembled_from_overlapping_rows_only(case) -> None:
         assert why == ""
         assert pieces[0].row == -1 and pieces[0].owner == own  # the skeleton, once
         moved = 0
-        for name, kind, a, b, shape in wanted:
+        for name, _kind, a, b, _shape in wanted:
             t = full[name]
             got = torch.empty_like(t[a:b])
             covered = torch.zeros(b - a, dtype=torch.int64)

@@ -27,10 +27,14 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+WORKER = os.path.join(HERE, "tiers_worker.py")
+
+
 def on_nodes(root: str, nodes: list[str], args: list[str], timeout: float = 240,
-             extra_env: dict[str, str] | None = None, check: bool = True) -> str:
-    """One rank per simulated node ``nodes[r]``; node memory under ``root/<node>``. With
-    ``check`` every rank must exit 0."""
+             extra_env: dict[str, str] | None = None, check: bool = True,
+             script: str = SCRIPT) -> str:
+    """One rank per simulated node ``nodes[r]`` running ``script``; node memory under
+    ``root/<node>``. With ``check`` every rank must exit 0."""
     port, procs = _port(), []
     for rank, node in enumerate(nodes):
         e = {**env(), "RANK": str(rank), "WORLD_SIZE": str(len(nodes)), "LOCAL_RANK": "0",
@@ -38,7 +42,8 @@ def on_nodes(root: str, nodes: list[str], args: list[str], timeout: float = 240,
              "RESILIENT_NODE": node, "RESILIENT_TIER1_DIR": os.path.join(root, node),
              "RESILIENT_CKPT_JOB": "job", **(extra_env or {})}
         procs.append(subprocess.Popen(
-            [sys.executable, SCRIPT, "--save-dir", os.path.join(root, "ckpt"), *args],
+            [sys.executable, script, *(["--save-dir", os.path.join(root, "ckpt")]
+                                       if script == SCRIPT else []), *args],
             env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = []
     for proc in procs:
@@ -71,6 +76,14 @@ def starts(out: str) -> list[tuple[int, int, str]]:
     """``(rank, step, tier)`` of every start line, in order."""
     return [(int(r), int(s), t) for r, s, t in
             re.findall(r"\[script\] rank=(\d+) start step=(\d+) tier=(.+?) t=", out)]
+
+
+def worker_lines(out: str) -> dict[int, dict]:
+    """The ``[worker] {json}`` line of each rank, by rank."""
+    import json
+
+    lines = [json.loads(x) for x in re.findall(r"\[worker\] (\{.*\})", out)]
+    return {int(x["rank"]): x for x in lines}
 
 
 def digest(out: str) -> str:
