@@ -6,15 +6,23 @@ by ``RESILIENT_NODE``, else ``SLURMD_NODENAME``, else the host name. With one no
 running different numbers of ranks, there is no such peer and tier 2 is off (reported, never
 silent): a copy on the same node would not survive the node.
 
-Blobs travel over a gloo process group of their own, from host memory (CPU-capable on any
-cluster; device shards are staged to pinned host memory first, never sent into CPU buffers
-over NCCL). Each transfer sends the length first, then the bytes.
+Blobs travel over a gloo process group of their own (:func:`tier_group`), from host memory
+(CPU-capable on any cluster; device shards are staged to pinned host memory first, never sent
+into CPU buffers over NCCL). Each transfer sends the length first, then the bytes. The group
+connects lazily (``TORCH_GLOO_LAZY_INIT``): a rank opens a socket only to the ranks it talks
+to (its peer and its source every save; the ring's neighbours for the rare collectives; the
+ranks a restore reads from), so its connections stay O(1) in the world size instead of a full
+mesh of W-1; and on the interface that routes to ``MASTER_ADDR`` (or ``GLOO_SOCKET_IFNAME``,
+checked to exist), never one gloo guesses from the host name.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import os
 import socket
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +74,65 @@ def gather_topology() -> Topology:
     names: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(names, node_name())
     return topology([str(n) for n in names])
+
+
+_SIOCGIFADDR = 0x8915
+
+
+def _ipv4_of(name: str) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            got = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(got[20:24])
+
+
+def gloo_interface(env: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """``(interface, why)`` for the tiers' gloo group: ``GLOO_SOCKET_IFNAME`` when set (every
+    name it lists must exist: ValueError otherwise), else the interface holding the address
+    this host uses to reach ``MASTER_ADDR``; None (gloo's own choice) when neither is known."""
+    env = dict(os.environ) if env is None else env
+    names = {n for _, n in socket.if_nameindex()}
+    given = env.get("GLOO_SOCKET_IFNAME")
+    if given:
+        missing = [n for n in given.split(",") if n not in names]
+        if missing:
+            raise ValueError(f"GLOO_SOCKET_IFNAME={given}: no interface {', '.join(missing)} "
+                             f"on this host (it has {', '.join(sorted(names))})")
+        return given, "GLOO_SOCKET_IFNAME"
+    master = env.get("MASTER_ADDR")
+    if not master:
+        return None, "no MASTER_ADDR: gloo picks the address of the host name"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, int(env.get("MASTER_PORT") or 29500)))
+            local = s.getsockname()[0]
+    except (OSError, ValueError) as exc:
+        return None, f"no route to MASTER_ADDR {master} ({exc}): gloo picks by host name"
+    for name in sorted(names):
+        if _ipv4_of(name) == local:
+            return name, f"routes to MASTER_ADDR {master} ({local})"
+    return None, f"no interface holds {local}: gloo picks by host name"
+
+
+def tier_group(timeout: datetime.timedelta) -> tuple[dist.ProcessGroup, str]:
+    """A gloo group of the whole world that connects lazily, on :func:`gloo_interface`
+    (collective on the default group); and a line saying which interface and why."""
+    iface, why = gloo_interface()
+    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "TORCH_GLOO_LAZY_INIT")}
+    os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+    try:
+        group = dist.new_group(backend="gloo", timeout=timeout)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return group, f"gloo on {iface or 'the host name address'} ({why}), lazy connections"
 
 
 def _u8(buf: bytes | bytearray | memoryview) -> torch.Tensor:

@@ -165,11 +165,10 @@ class Tiers:
             session: list[Any] = [f"{int(time.time())}.{os.getpid()}"]
             dist.broadcast_object_list(session, src=0)
             self.durable = Durable(self.durable_dir, self.durable_every, self.durable_keep,
-                                   dist.new_group(backend="gloo", timeout=timeout),
+                                   peers.tier_group(timeout)[0],
                                    self.rank, self.world, str(session[0]))
             if self.flush_signals and self._flush is None:
-                self._flush = signals.SignalFlush(dist.new_group(backend="gloo",
-                                                                 timeout=timeout))
+                self._flush = signals.SignalFlush(peers.tier_group(timeout)[0])
         os.makedirs(self.job_dir, mode=0o700, exist_ok=True)
         clash = store.claim(self.job_dir, peers.node_name())
         flag = torch.tensor([1 if clash else 0], dtype=torch.int64)
@@ -253,7 +252,7 @@ class Tiers:
             except OSError:
                 pass
         try:
-            self.group = dist.new_group(backend="gloo", timeout=timeout)
+            self.group, self.network = peers.tier_group(timeout)
         except BaseException as exc:  # noqa: BLE001 - raised by _setup
             self._error = exc
             return
@@ -339,6 +338,7 @@ class Tiers:
             "snapshot_bytes": self._blob_bytes, "keep": self.keep,
             "peer": getattr(self, "peer", None),
             "peer_why": self.topo.why if hasattr(self, "topo") else None,
+            "network": getattr(self, "network", None),
             "stall_s": t.stall, "stage_s": t.stage, "tier1_s": t.tier1, "tier2_s": t.tier2,
             "saves": t.saves, "stall_total_s": t.stall_total,
             "durable_committed": list(self.durable.committed if self.durable else []),

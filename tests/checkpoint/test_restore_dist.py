@@ -138,3 +138,20 @@ def test_the_durable_tier_goes_by_step_and_a_sigterm_flushes_the_newest_step(tmp
         shutil.rmtree(os.path.join(root, node))
     out = run(root, ["c", "d"], [*durable, "--steps", "8"])
     assert [(x["step"], x["tier"]) for x in worker_lines(out).values()] == [(8, "durable")] * 2
+
+
+def _tier_sockets(out: str) -> list[int]:
+    import re
+
+    return [int(x) for x in re.findall(r"tier_sockets=(\d+)", out)]
+
+
+@pytest.mark.train
+def test_the_tiers_open_as_many_sockets_on_six_ranks_as_on_three(tmp_path) -> None:
+    """The tiers' gloo groups connect lazily: a rank talks to its peer, its source and the
+    ring's neighbours, so the sockets the tiers add per process do not grow with the world
+    (a full mesh adds W-1 per group)."""
+    small = _tier_sockets(run(str(tmp_path / "3"), list("abc"), ["--steps", "2"]))
+    large = _tier_sockets(run(str(tmp_path / "6"), list("abcdef"), ["--steps", "2"]))
+    assert len(small) == 3 and len(large) == 6
+    assert max(large) <= max(small), (small, large)

@@ -44,3 +44,16 @@ def test_node_placeholder_and_job_name(tmp_path, monkeypatch) -> None:
     assert t.job_dir == str(tmp_path / "node7" / "4242")
     monkeypatch.setenv("SLURM_JOB_ID", "../etc")  # not a plain name: never a path
     assert tiers.default_job() != "../etc"
+
+
+def test_the_gloo_interface_is_chosen_and_checked() -> None:
+    """The tiers' gloo group uses the interface that routes to MASTER_ADDR, or the one
+    GLOO_SOCKET_IFNAME names, which must exist (a clear error, not gloo's own failure)."""
+    from resilient_slurm.checkpoint import peers
+
+    name, why = peers.gloo_interface({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    assert name == "lo" and "routes to MASTER_ADDR 127.0.0.1" in why
+    assert peers.gloo_interface({"GLOO_SOCKET_IFNAME": "lo"}) == ("lo", "GLOO_SOCKET_IFNAME")
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME=nosuch0: no interface nosuch0"):
+        peers.gloo_interface({"GLOO_SOCKET_IFNAME": "nosuch0"})
+    assert peers.gloo_interface({})[0] is None

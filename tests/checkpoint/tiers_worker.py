@@ -56,6 +56,19 @@ else:
 opt = torch.optim.AdamW(model.parameters(), lr=0.01)
 model(torch.zeros(1, args.width)).sum().mul(0).backward()
 opt.zero_grad()
+
+
+def sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+before_tiers = sockets()
 tiers = checkpoint.configure(durable_dir=args.durable_dir, durable_every=args.durable_every)
 probe = torch.ones(4, args.width)
 
@@ -115,6 +128,8 @@ for step in range(start + 1, args.steps + 1):
         dist.barrier()
         os._exit(0)
 
+if rank < 8:
+    print(f"[worker] rank={rank} tier_sockets={sockets() - before_tiers}", flush=True)
 checkpoint.close()
 full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 if rank == 0:
