@@ -10,12 +10,15 @@ it keeps (tier 2), the tiers hold at most:
 
 :func:`plan` fits that under a cap (``max_bytes``; ``RESILIENT_TIER_MAX_BYTES``) by lowering
 ``keep`` to 2 first, then dropping tier 2 (which every rank must agree on: :data:`Code`), and
-refuses when even tier 1 alone does not fit. Torch-free.
+refuses when even tier 1 alone does not fit. Without a cap given, :func:`default_cap` derives
+one from what the node can hold: the job's memory cgroup (``memory.max`` less what it already
+uses) and the free space of the node-memory tmpfs, shared by the node's ranks. Torch-free.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -107,3 +110,83 @@ def describe(p: Plan, rank: int, where: str, source: int | None) -> str:
             f"{p.keep} = {mib(p.tier1)} (peak) in {where}; {t2}; staging {mib(p.staging)}"
             f" + receive {mib(p.receive)}; total {mib(p.total)}{cap}"
             + (f"; {p.degraded}" if p.degraded else ""))
+
+
+_UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge number
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return None if value >= _UNLIMITED else value
+
+
+def cgroup_headroom(sys_root: str = "/", proc_cgroup: str = "/proc/self/cgroup"
+                    ) -> tuple[int | None, str]:
+    """Bytes the process's memory cgroup may still take (``memory.max - memory.current`` on
+    cgroup v2, ``memory.limit_in_bytes - memory.usage_in_bytes`` on v1) and where that was
+    read; None when no limit is set or none can be read."""
+    try:
+        with open(proc_cgroup, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None, "no /proc/self/cgroup"
+    base = os.path.join(sys_root, "sys", "fs", "cgroup")
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        rel = path.lstrip("/")
+        if ctrls == "":  # v2
+            d = os.path.join(base, rel)
+            limit, used = _read_int(os.path.join(d, "memory.max")), _read_int(
+                os.path.join(d, "memory.current"))
+        elif "memory" in ctrls.split(","):
+            d = os.path.join(base, "memory", rel)
+            limit, used = _read_int(os.path.join(d, "memory.limit_in_bytes")), _read_int(
+                os.path.join(d, "memory.usage_in_bytes"))
+        else:
+            continue
+        if limit is not None:
+            return max(0, limit - (used or 0)), d
+    return None, "no memory limit in the job's cgroup"
+
+
+def tmpfs_free(path: str) -> int | None:
+    """Free bytes of the filesystem holding ``path`` (None when it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def default_cap(root: str, local_ranks: int, held: int = 0, sys_root: str = "/",
+                proc_cgroup: str = "/proc/self/cgroup") -> tuple[int | None, str]:
+    """The cap per rank when none was given: the smaller of the cgroup's headroom and the
+    node-memory filesystem's free space (plus ``held``: what this job's snapshots there
+    already take, since saves overwrite them), shared by the node's ``local_ranks``; None
+    when neither bounds it. With the reason, for the log line."""
+    ranks = max(1, local_ranks)
+    found = []
+    head, where = cgroup_headroom(sys_root, proc_cgroup)
+    if head is not None:
+        found.append((head // ranks, f"cgroup {where}: {mib(head)} free / {ranks} ranks"))
+    free = tmpfs_free(root)
+    if free is not None:
+        found.append(((free + held) // ranks,
+                      f"{root}: {mib(free + held)} free / {ranks} ranks"))
+    if not found:
+        return None, "no cgroup limit, node memory size unknown"
+    cap, why = min(found)
+    return max(cap, 1), why

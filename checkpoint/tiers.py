@@ -111,6 +111,7 @@ class Tiers:
         self.max_bytes, self.nice, self.checksum = max_bytes, nice, checksum
         cap = max_bytes if max_bytes is not None else os.environ.get("RESILIENT_TIER_MAX_BYTES")
         self.cap = budget.parse_size(cap) if isinstance(cap, str) else cap
+        self.cap_why = ""
         if self.cap is not None and self.cap < 1:
             raise ValueError(f"max_bytes must be >= 1, got {self.cap}")
         self.keep_asked = keep
@@ -223,7 +224,12 @@ class Tiers:
         """Collective on the tier group (nothing in flight): fit the tiers under the cap, the
         same way on every rank (the worst rank's verdict), and print what they take."""
         peer_size = size if (self.peer is not None or self.source is not None) else 0
-        mine = budget.plan(size, peer_size, self.keep_asked, self.cap)
+        cap, self.cap_why = self.cap, "max_bytes"
+        if cap is None:  # what the node can hold: cgroup headroom, tmpfs free space
+            local = next(len(n) for n in self.topo.nodes if self.rank in n)
+            cap, self.cap_why = budget.default_cap(self.root, local,
+                                                   store.bytes_used(self.job_dir))
+        mine = budget.plan(size, peer_size, self.keep_asked, cap)
         code = torch.tensor([mine.code], dtype=torch.int64)
         dist.all_reduce(code, op=dist.ReduceOp.MAX, group=self.group)
         worst = int(code[0])
@@ -236,12 +242,17 @@ class Tiers:
             why = (mine.degraded if mine.code == budget.NO_PEER else
                    "tier 2 off on every rank: another rank's tiers do not fit its cap")
             self.peer = self.source = None
-            mine = dataclasses.replace(budget.plan(size, 0, self.keep_asked, self.cap),
+            mine = dataclasses.replace(budget.plan(size, 0, self.keep_asked, cap),
                                        degraded=why)
         self.memory = mine
         self.keep = mine.keep
         if self.rank == 0 or mine.degraded:
-            print(budget.describe(mine, self.rank, self.job_dir, self.source), flush=True)
+            print(budget.describe(mine, self.rank, self.job_dir, self.source)
+                  + f" (cap: {self.cap_why})", flush=True)
+        if mine.degraded:
+            restore.note(0, None, "memory tiers", f"rank {self.rank}: {mine.degraded} "
+                         f"(cap: {self.cap_why})", f"keep {mine.keep}, tier 2 "
+                         + ("on" if mine.tier2 else "off"))
 
     def _work(self, timeout: datetime.timedelta, made: threading.Event) -> None:
         if self.nice:

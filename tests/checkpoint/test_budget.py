@@ -68,3 +68,50 @@ def test_the_ladder_and_what_it_says() -> None:
     assert budget.plan(S, 0, 1, 3 * S).tier1 == 2 * S  # keep=1 still writes beside the old one
     line = budget.describe(alone, 3, "/dev/shm/j", None)
     assert "rank 3" in line and "tier 2: off" in line and "cap" in line
+
+
+def _cgroup(tmp_path, v2: bool, limit: str, used: str):
+    sysfs = tmp_path / "sys"
+    if v2:
+        d = sysfs / "sys" / "fs" / "cgroup" / "slurm" / "job_7"
+        names, line = ("memory.max", "memory.current"), "0::/slurm/job_7\n"
+    else:
+        d = sysfs / "sys" / "fs" / "cgroup" / "memory" / "slurm" / "job_7"
+        names, line = ("memory.limit_in_bytes", "memory.usage_in_bytes"), \
+            "4:memory:/slurm/job_7\n3:pids:/\n"
+    d.mkdir(parents=True)
+    (d / names[0]).write_text(limit + "\n")
+    (d / names[1]).write_text(used + "\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text(line)
+    return str(sysfs), str(proc)
+
+
+def near(a: int | None, b: int) -> bool:
+    """Equal within 1%: the shared disk's free space moves while the test runs."""
+    return a is not None and abs(a - b) <= b // 100
+
+
+def test_the_default_cap_is_the_jobs_cgroup_headroom_or_the_tmpfs_space(tmp_path) -> None:
+    """Without ``max_bytes`` the tiers fit what the node can hold: the job cgroup's
+    ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) less its usage, or the node-memory
+    filesystem's free space (plus what this job already holds there), whichever is smaller,
+    shared by the node's ranks; an unlimited cgroup leaves the filesystem's bound."""
+    free = budget.tmpfs_free(str(tmp_path))
+    assert free is not None and free > 2**20
+    for v2 in (True, False):
+        sysfs, proc = _cgroup(tmp_path / str(v2), v2, str(8 * 2**30), str(2 * 2**30))
+        cap, why = budget.default_cap(str(tmp_path), 4, 0, sysfs, proc)
+        assert near(cap, min(6 * 2**30, free) // 4), (cap, why)
+        assert why.startswith("cgroup" if 6 * 2**30 < free else str(tmp_path))
+    sysfs, proc = _cgroup(tmp_path / "max", True, "max", "100")
+    cap, why = budget.default_cap(str(tmp_path), 2, 2**20, sysfs, proc)
+    assert near(cap, (free + 2**20) // 2) and why.startswith(str(tmp_path)), why
+    sysfs, proc = _cgroup(tmp_path / "v1max", False, str(2**63 - 4096), "100")
+    assert near(budget.default_cap(str(tmp_path), 1, 0, sysfs, proc)[0], free)
+    # a cap that fits tier 1 only turns tier 2 off (and keep 2), as a given cap does
+    small, _ = budget.default_cap(str(tmp_path), 1, 0, *_cgroup(tmp_path / "small", True,
+                                                                 str(5 * 2**20), "0"))
+    assert small == 5 * 2**20
+    p = budget.plan(2**20, 2**20, 3, small)
+    assert p.code == budget.NO_PEER and p.keep == 2 and "tier 2 off" in p.degraded
