@@ -22,6 +22,8 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from resilient_slurm.checkpoint import pinned
+
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
@@ -115,11 +117,14 @@ def _align(n: int) -> int:
 @dataclass
 class Staged:
     """A rank's state packed for writing: ``prefix`` (length, pickled skeleton and tensor
-    table, padding) then ``data`` (every tensor's bytes, in one uint8 host tensor)."""
+    table, padding) then ``data`` (every tensor's bytes, in one uint8 host tensor). The copy
+    into ``data`` may still be running: on CUDA on a side stream (``event`` marks its end),
+    on CPU as ``pending`` copies the writer thread makes (:meth:`finish_copy`)."""
 
     prefix: bytes
     data: torch.Tensor
     event: Any = None
+    pending: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -127,6 +132,16 @@ class Staged:
 
     def parts(self) -> list[memoryview]:
         return [memoryview(self.prefix), as_bytes(self.data)]
+
+    def finish_copy(self) -> None:
+        """Complete the copy into ``data`` (the CPU side copy; waits for the side stream)."""
+        if self.pending is not None:
+            with torch.no_grad():
+                for dst, src in self.pending:
+                    dst.copy_(src)
+            self.pending = None
+        if self.event is not None:
+            self.event.synchronize()
 
 
 def as_bytes(t: torch.Tensor) -> memoryview:
@@ -136,16 +151,22 @@ def as_bytes(t: torch.Tensor) -> memoryview:
 
 
 class Stager:
-    """Host copy of a rank's tensors in ONE buffer, reused while the layout stays the same
-    (memory bounded by one copy of the rank's state). On CUDA the buffer is pinned and the
-    copies are issued non-blocking; :attr:`Staged.event` is the CUDA event to wait for before
-    reading it. The caller must not stage again while the previous one is still being read."""
+    """Host copy of a rank's tensors in ONE buffer of exactly their size, reused while the
+    layout stays the same (memory bounded by one copy of the rank's state). On CUDA the
+    buffer's pages are registered with CUDA (:mod:`pinned`: no power-of-two rounding) and the
+    copies run on a side stream after the compute stream's work so far, so the training's
+    stream never waits for them; :attr:`Staged.event` marks their end. On CPU with ``defer``
+    the copies are left to the caller's writer thread (:meth:`Staged.finish_copy`). Either
+    way the caller must keep the state's tensors unchanged until the copy ends (the tiers
+    make the next optimizer step wait for it) and must not stage again while the previous
+    one is still being read."""
 
     def __init__(self) -> None:
         self._buf: torch.Tensor | None = None
+        self._stream: Any = None
         self.pinned_bytes = 0
 
-    def stage(self, state: Any) -> Staged:
+    def stage(self, state: Any, defer: bool = False) -> Staged:
         tensors = leaves(state)
         table, off = [], 0
         for name, t in tensors:
@@ -153,23 +174,42 @@ class Stager:
             table.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), off, n))
             off = _align(off + n)
         cuda = any(t.device.type == "cuda" for _, t in tensors)
-        if self._buf is None or self._buf.numel() != off or (cuda and not self._buf.is_pinned()):
-            self._buf = torch.empty(off, dtype=torch.uint8, pin_memory=cuda)
-            self.pinned_bytes = off if cuda else 0
+        if self._buf is None or self._buf.numel() != off or (
+                cuda and not pinned.is_pinned(self._buf)):
+            self._buf = pinned.host_buffer(off, cuda)
+            self.pinned_bytes = off if pinned.is_pinned(self._buf) else 0
         buf = self._buf
-        for (_, t), (_, _, shape, o, n) in zip(tensors, table, strict=True):
-            if n:
-                buf[o:o + n].view(t.dtype).view(shape).copy_(t.detach(), non_blocking=cuda)
+        copies = [(buf[o:o + n].view(t.dtype).view(shape), t.detach())
+                  for (_, t), (_, _, shape, o, n) in zip(tensors, table, strict=True) if n]
         refs = {name: _Ref(i) for i, (name, _) in enumerate(tensors)}
         header = pickle.dumps({"skeleton": _replace(state, refs), "tensors": table,
                                "layout": layout(state)}, protocol=pickle.HIGHEST_PROTOCOL)
         head = struct.pack("<Q", len(header)) + header
         prefix = head + b"\0" * (_align(len(head)) - len(head))
-        event = None
         if cuda:
-            event = torch.cuda.Event()
-            event.record()
-        return Staged(prefix, buf, event)
+            return Staged(prefix, buf, self._side_copy(copies))
+        if defer:
+            return Staged(prefix, buf, None, copies)
+        staged = Staged(prefix, buf, None, copies)
+        staged.finish_copy()
+        return staged
+
+    def _side_copy(self, copies: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+        """Issue the device-to-host copies on the side stream, after the compute stream's
+        work so far; the event that marks their end."""
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        ready = torch.cuda.Event()
+        ready.record()  # the compute stream: the state is final up to here
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(ready)
+            for dst, src in copies:
+                if src.device.type == "cuda":
+                    src.record_stream(self._stream)
+                dst.copy_(src, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        return done
 
 
 def unpack(blob: bytearray | bytes) -> Any:

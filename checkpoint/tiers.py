@@ -1,24 +1,16 @@
 """The three tiers behind :func:`resilient_slurm.checkpoint.save` and ``load``.
 
-``save(state_dict, step)`` (every rank, every step if wanted) stages the rank's tensors to host
-memory (:class:`flat.Stager`) and returns; a background thread serializes them, publishes the
-tier-1 snapshot on this node (:mod:`store`), and sends the same bytes to the rank's peer on the
-next node, which publishes them on its node (tier 2, :mod:`peers`). The writer thread makes the
-gloo group it sends over, so gloo's I/O threads inherit its CPU priority (``nice``, default
-0: measured on a loaded host, a low priority starves the writer and the next save waits for
-it, and a starved writer holding the GIL stalls the training thread too).
-A save overwrites the oldest kept snapshot file in place and reuses its receive buffer, so a
-steady state allocates no memory per save. The memory the tiers take is bounded by a cap
-(:mod:`budget`) and printed once per layout. Every ``durable_every``
-saves the state also goes to shared storage asynchronously (tier 3, :mod:`durable`). At most one
-save is in flight: a save waits for the previous one's background work (the stall it returns),
-so one staging buffer per rank suffices.
-
-``load(state_dict)`` (every rank, collective) waits for in-flight work, lists what every rank
-can read on its node, and picks the newest step for which every rank's snapshot exists in some
-tier (the same choice on every rank: the lists are all-gathered), preferring memory over disk
-at the same step. A rank missing its snapshot (a replacement node) receives it from a rank that
-holds it. The state is copied into ``state_dict`` in place, as ``dcp.load`` does.
+``save(state_dict, step)`` (every rank, every step if wanted) lays out the rank's tensors in one
+host buffer (:class:`flat.Stager`; the copy runs off the training's path, the next optimizer
+step waits for it) and returns; a background thread publishes the tier-1 snapshot on this node
+(:mod:`store`, overwriting the oldest kept file in place) and sends the same bytes to the
+rank's peer on the next node (tier 2, :mod:`peers`). The writer thread makes the gloo group, so
+gloo's I/O threads inherit its CPU priority (``nice``, default 0: a starved writer holding the
+GIL stalls the training thread too). The memory the tiers take is bounded by a cap
+(:mod:`budget`). At every step that is a multiple of ``durable_every`` (and on a stop signal,
+:mod:`signals`) the state also goes to shared storage (tier 3, :mod:`durable`). At most one save
+is in flight: a save waits for the previous one's background work (the stall it returns).
+``load(state_dict)`` (collective) restores the newest step some tier holds (:mod:`restore`).
 """
 
 from __future__ import annotations
@@ -40,8 +32,6 @@ from resilient_slurm.checkpoint import budget, flat, peers, restore, signals, st
 from resilient_slurm.checkpoint.durable import Durable
 
 CheckpointError = store.CheckpointError  # a save or load that cannot be done
-
-
 default_job = store.default_job  # the job's folder name under the node-memory root
 
 
@@ -55,6 +45,7 @@ class Timings:
     tier2: float = 0.0
     saves: int = 0
     stall_total: float = 0.0
+    copy_wait_total: float = 0.0  # optimizer steps held for the side copy (CPU)
 
 
 @dataclass
@@ -63,6 +54,7 @@ class _Job:
     world: int
     staged: flat.Staged
     done: threading.Event = field(default_factory=threading.Event)
+    copied: threading.Event = field(default_factory=threading.Event)
 
 
 class Tiers:
@@ -96,6 +88,9 @@ class Tiers:
         reshard_max_bytes: above this many bytes received by one rank, a change of world
             size restores from the durable tier instead of resharding node memory
             (``RESILIENT_RESHARD_MAX_BYTES``; None: no limit).
+        side_copy: copy the state off the training's path (CUDA: a side stream; CPU: the
+            writer thread), the next optimizer step of any optimizer waiting for the copy
+            (torch's global step pre-hook); False copies inside ``save``.
     """
 
     def __init__(self, durable_dir: str | None = None, durable_every: int = 0, keep: int = 2,
@@ -103,7 +98,7 @@ class Tiers:
                  replicate: bool = True, timeout_s: float = 300.0,
                  max_bytes: int | str | None = None, nice: int = 0,
                  checksum: bool = True, reshard_max_bytes: int | str | None = None,
-                 flush_signals: bool = True) -> None:
+                 flush_signals: bool = True, side_copy: bool = True) -> None:
         if keep < 1 or durable_keep < 1 or durable_every < 0:
             raise ValueError("keep and durable_keep must be >= 1, durable_every >= 0")
         if not 0 <= nice <= 19:
@@ -115,7 +110,8 @@ class Tiers:
         if self.cap is not None and self.cap < 1:
             raise ValueError(f"max_bytes must be >= 1, got {self.cap}")
         self.keep_asked = keep
-        self.flush_signals = flush_signals
+        self.flush_signals, self.side_copy = flush_signals, side_copy
+        self._hook: Any = None
         self._flush: signals.SignalFlush | None = None
         limit = (reshard_max_bytes if reshard_max_bytes is not None
                  else os.environ.get("RESILIENT_RESHARD_MAX_BYTES"))
@@ -184,7 +180,10 @@ class Tiers:
         self._setup()
         t0 = time.perf_counter()
         self._wait_last()
-        staged = self._stager.stage(state_dict)
+        staged = self._stager.stage(state_dict, defer=self.side_copy)
+        if self.side_copy and self._hook is None:  # the next optimizer step waits for the copy
+            self._hook = torch.optim.optimizer.register_optimizer_step_pre_hook(
+                self._before_step)
         if self.memory is None or self.memory.snapshot != staged.nbytes:
             self._fit(staged.nbytes)
         t1 = time.perf_counter()
@@ -206,6 +205,22 @@ class Tiers:
         t.saves += 1
         t.stall_total += t.stall
         return t.stall
+
+    def _before_step(self, *_: Any) -> None:
+        """Any optimizer's step waits for the last save's copy of the state: on CUDA the
+        compute stream waits for the side stream's event (the host does not), on CPU the
+        host waits for the writer thread's copy."""
+        job = self._last
+        if job is None or job.copied.is_set():
+            return
+        if job.staged.event is not None:
+            torch.cuda.current_stream().wait_event(job.staged.event)
+            return
+        t0 = time.perf_counter()
+        while not job.copied.wait(0.5):
+            if self._thread is None or not self._thread.is_alive():
+                break
+        self.timings.copy_wait_total += time.perf_counter() - t0
 
     def _wait_last(self, timeout_s: float | None = None) -> bool:
         """Wait for the last save's background work; False if ``timeout_s`` passed first."""
@@ -278,13 +293,14 @@ class Tiers:
             except BaseException as exc:  # noqa: BLE001 - surfaced by the next save or load
                 self._error = exc
             finally:
+                job.copied.set()
                 job.done.set()
 
     def _write(self, job: _Job) -> None:
         t0 = time.perf_counter()
         staged = job.staged
-        if staged.event is not None:
-            staged.event.synchronize()
+        staged.finish_copy()
+        job.copied.set()
         own = store.write(self.job_dir, self.rank, job.step, job.world, staged.parts(),
                           recycle_keep=self.keep, checksum=self.checksum)
         store.prune(self.job_dir, self.rank, self.keep)
@@ -352,6 +368,7 @@ class Tiers:
             "network": getattr(self, "network", None),
             "stall_s": t.stall, "stage_s": t.stage, "tier1_s": t.tier1, "tier2_s": t.tier2,
             "saves": t.saves, "stall_total_s": t.stall_total,
+            "copy_wait_total_s": t.copy_wait_total,
             "durable_committed": list(self.durable.committed if self.durable else []),
             "durable_failed": list(self.durable.failed if self.durable else []),
             "memory": self.memory.as_dict() if self.memory else None,

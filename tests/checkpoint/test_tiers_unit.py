@@ -57,3 +57,47 @@ def test_the_gloo_interface_is_chosen_and_checked() -> None:
     with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME=nosuch0: no interface nosuch0"):
         peers.gloo_interface({"GLOO_SOCKET_IFNAME": "nosuch0"})
     assert peers.gloo_interface({})[0] is None
+
+
+def test_the_copy_runs_off_the_training_path_and_the_next_step_waits_for_it(tmp_path) -> None:
+    """With the side copy a save lays out the buffer and returns; the copy of the state runs
+    in the writer thread (CPU; a side stream on CUDA), and the next optimizer step (any
+    optimizer: torch's global step pre-hook) waits for it, so the snapshot holds the state as
+    it was at the save, never a half-updated one."""
+    w = torch.nn.Parameter(torch.ones(256, 256))
+    opt = torch.optim.SGD([w], lr=1.0)
+    w.grad = torch.ones_like(w)
+    staged = flat.Stager().stage({"w": w}, defer=True)
+    assert staged.pending is not None  # laid out, not copied yet
+    t = tiers.Tiers(root=str(tmp_path))
+    job = tiers._Job(1, 1, staged)
+    t._last = job
+
+    def writer() -> None:
+        time.sleep(0.5)
+        staged.finish_copy()
+        job.copied.set()
+
+    t._thread = threading.Thread(target=writer, daemon=True)
+    t._thread.start()
+    hook = torch.optim.optimizer.register_optimizer_step_pre_hook(t._before_step)
+    try:
+        t0 = time.monotonic()
+        opt.step()  # held until the copy is done
+        assert time.monotonic() - t0 >= 0.3
+    finally:
+        hook.remove()
+    assert torch.equal(flat.unpack(b"".join(bytes(p) for p in staged.parts()))["w"],
+                       torch.ones(256, 256))  # the state at the save, not after the step
+    assert torch.equal(w.detach(), torch.zeros(256, 256))
+    assert t.timings.copy_wait_total > 0.3
+
+
+def test_host_buffers_are_exactly_the_size_asked() -> None:
+    from resilient_slurm.checkpoint import pinned
+
+    n = 13 * 2**20 + 12345
+    assert pinned.host_buffer(n, pin=False).numel() == n
+    if torch.cuda.is_available():  # the GPU proof runs this: registered, not rounded up
+        buf = pinned.host_buffer(n, pin=True)
+        assert buf.numel() == n and buf.is_pinned()
