@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from resilient_slurm.checkpoint import budget, flat, peers, restore, signals, store
 from resilient_slurm.checkpoint.durable import Durable
@@ -182,8 +183,7 @@ class Tiers:
         self._wait_last()
         staged = self._stager.stage(state_dict, defer=self.side_copy)
         if self.side_copy and self._hook is None:  # the next optimizer step waits for the copy
-            self._hook = torch.optim.optimizer.register_optimizer_step_pre_hook(
-                self._before_step)
+            self._hook = register_optimizer_step_pre_hook(self._before_step)
         if self.memory is None or self.memory.snapshot != staged.nbytes:
             self._fit(staged.nbytes)
         t1 = time.perf_counter()

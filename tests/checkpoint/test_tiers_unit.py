@@ -80,7 +80,9 @@ def test_the_copy_runs_off_the_training_path_and_the_next_step_waits_for_it(tmp_
 
     t._thread = threading.Thread(target=writer, daemon=True)
     t._thread.start()
-    hook = torch.optim.optimizer.register_optimizer_step_pre_hook(t._before_step)
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    hook = register_optimizer_step_pre_hook(t._before_step)
     try:
         t0 = time.monotonic()
         opt.step()  # held until the copy is done
