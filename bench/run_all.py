@@ -22,7 +22,10 @@ never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
 * ``inprocess`` (``bench/inprocess_sandbox.py``): ``resilient-launch --inprocess`` on a 3-node
   sandbox, level 0's recovery per fault (exception, hang, SIGKILL of rank 0) against its bounds;
 * ``scale``: the launcher's controller RPCs per running job per minute against the job's
-  node count, 4 to 64 nodes (``bench/scale_slurm.py``, ``scale-launcher.json``), fitted.
+  node count, 4 to 64 nodes (``bench/scale_slurm.py``, ``scale-launcher.json``), fitted; and
+  the memory tiers' part (``bench/scale_state.py``, ``scale-state.json``): what a reshard
+  moves, what a restore reads, what a save adds to a step and the sockets per process,
+  against state and world size.
 
 Goodput everywhere is ``resilient_slurm.goodput``'s (also ``resilient-slurm report`` and the
 demo). The machine's load average is saved with every section.
@@ -213,11 +216,13 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
 
         save(out, name, {"section": name, "load_avg_at_start": load,
                          **tier_bench.run(tier_bench.parse([]))})
-    elif name == "scale":  # the launcher's part: controller RPCs per job against nodes
+    elif name == "scale":  # two parts, each its own results file
         import scale_slurm
+        import scale_state
 
-        save(out, "scale-launcher", scale_slurm.section(
+        save(out, "scale-launcher", scale_slurm.section(  # controller RPCs per job vs nodes
             os.path.join(sub, "sandbox"), [4, 8, 16, 32, 64], 120.0))
+        save(out, "scale-state", {"load_avg_at_start": load, **scale_state.run()})
     elif name == "render":
         render_all(out)
     else:

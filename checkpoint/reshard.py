@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import flat, store
+from resilient_slurm.checkpoint import flat, pinned, store
 
 Key = tuple[int, int, int]  # (owner, step, world)
 
@@ -228,7 +228,7 @@ def _exchange(group: dist.ProcessGroup, rank: int, got: list[Any], pieces: list[
                                       dst, group))
                 out.sent_bytes += p.nbytes
     spans = _spans(pieces, rank)
-    recv = torch.empty(spans[-1] if spans else 0, dtype=torch.uint8, pin_memory=pin)
+    recv = pinned.host_buffer(spans[-1] if spans else 0, pin)
     for p, at in zip((p for p in pieces if p.reader != rank), spans, strict=False):
         if p.nbytes:
             ops.append(dist.P2POp(dist.irecv, recv[at:at + p.nbytes], p.reader, group))

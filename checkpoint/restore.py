@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import flat, peers, reshard, store
+from resilient_slurm.checkpoint import flat, peers, pinned, reshard, store
 from resilient_slurm.events import EventKind, EventLog, TierFallback
 from resilient_slurm.training import layout
 
@@ -86,7 +86,7 @@ def same_world(t: Tiers, state_dict: Any, holdings: list[set[Key]],
     bufs, failed = {}, []
     for owner in sorted(o for o, r in who.items() if r == t.rank):
         key = (owner, step, t.world)
-        buf = torch.empty(snaps[key].nbytes, dtype=torch.uint8, pin_memory=pin)
+        buf = pinned.host_buffer(snaps[key].nbytes, pin)
         stats["read_bytes"] += buf.numel()
         if store.read_into(snaps[key], flat.as_bytes(buf)):
             bufs[owner] = buf
@@ -101,7 +101,7 @@ def same_world(t: Tiers, state_dict: Any, holdings: list[set[Key]],
     key = (t.rank, step, t.world)
     mine = bufs.get(t.rank)
     if mine is None:
-        mine = torch.empty(info[key][0], dtype=torch.uint8, pin_memory=pin)
+        mine = pinned.host_buffer(info[key][0], pin)
         ops.append(dist.P2POp(dist.irecv, mine, who[t.rank], t.group))
         stats["recv_bytes"] += mine.numel()
     for work in dist.batch_isend_irecv(ops) if ops else []:

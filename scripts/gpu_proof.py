@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_proof_report import INSTALL_CAP_S, Line, finish, install_line
+from gpu_proof_scale import scale_step
 from gpu_proof_tiers import tiers_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "sbatch", "train_fsdp.py")
-BUDGET_S = 480  # the whole device run, install included: 8 minutes
+BUDGET_S = 600  # the whole device run, install included: 10 minutes
 NVML_CHECKS = ("gpu_count", "ecc", "row_remap", "retired_pages", "clocks", "temperature",
                "pcie", "recovery_action", "nvlink", "fabric")
 HEALTH_CFG = {"nvml_timeout_s": 5.0, "watchdog_s": 30.0, "tool_timeout_s": 5.0,
@@ -336,6 +337,7 @@ def plan(p: Proof) -> list[tuple[str, float, Callable[[float], Any]]]:
         ("stall-sync", 70, lambda cap: p.stall("sync", cap)),
         ("stall-async", 70, lambda cap: p.stall("async", cap)),
         ("memory-tiers", 10, lambda cap: tiers_step(p, cap)),
+        ("tiers-scale", 120, lambda cap: scale_step(p, cap)),
     ]
 
 

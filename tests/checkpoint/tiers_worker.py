@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import torch
@@ -96,15 +97,16 @@ def finite() -> bool:
         return bool(math.isfinite(model(probe).square().mean().item()))
 
 
-before = rchar()
+before, t0 = rchar(), time.perf_counter()
 got = load_into(load, model, opt, check=finite if args.check else None)
-read = rchar() - before
+read, restore_s = rchar() - before, time.perf_counter() - t0
 start = got[0] if got else 0
 own = [s for s in store.scan(tiers.job_dir) if s.owner == rank and s.step == start]
 info = {"rank": rank, "step": start, "tier": tiers.last_load.get("tier"), "live": live[0],
         "read_bytes": tiers.last_load.get("read_bytes"),
         "recv_bytes": tiers.last_load.get("recv_bytes"),
         "sent_bytes": tiers.last_load.get("sent_bytes"), "rchar": read,
+        "restore_s": round(restore_s, 4),
         "snapshot_bytes": own[0].nbytes if own else None,
         "shard_bytes": sum(_local(p).numel() * 4 * 3 for p in model.parameters())}
 print("[worker] " + json.dumps(info), flush=True)
@@ -129,7 +131,8 @@ for step in range(start + 1, args.steps + 1):
         os._exit(0)
 
 if rank < 8:
-    print(f"[worker] rank={rank} tier_sockets={sockets() - before_tiers}", flush=True)
+    print(f"[worker] rank={rank} tier_sockets={sockets() - before_tiers} "
+          f"fds={len(os.listdir('/proc/self/fd'))}", flush=True)
 checkpoint.close()
 full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 if rank == 0:

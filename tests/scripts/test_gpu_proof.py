@@ -17,7 +17,8 @@ pytest.importorskip("torch")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "gpu-proof.sh")
 STEPS = ["budget", "install", "environment", "genconf", "health-check", "nvml-hang",
-         "train-reference", "train-faults", "stall-sync", "stall-async", "memory-tiers"]
+         "train-reference", "train-faults", "stall-sync", "stall-async", "memory-tiers",
+         "tiers-scale"]
 
 
 def _dry(tmp_path, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
@@ -38,7 +39,7 @@ def test_dry_run_plans_and_checks_every_step(tmp_path) -> None:
     lines = {x["step"]: x for x in summary["lines"] if not x["step"].startswith(" ")}
     assert list(lines) == STEPS
     assert lines["budget"]["result"] == "PASS"
-    assert "of 480 s" in lines["budget"]["figure"]
+    assert "of 600 s" in lines["budget"]["figure"]
     for step in ("environment", "genconf", "health-check", "nvml-hang"):
         assert lines[step]["result"] == "PASS", lines[step]
     assert "NVML checks with values: 10/10 (0 not expected" in lines["health-check"]["figure"]
