@@ -9,7 +9,7 @@ its own tensors in place. Bytes moved per rank are its new shard (plus plain ten
 skeleton, taken from one old rank), never the model. Supported layouts: every DTensor whose
 mesh dimensions are all ``Shard(0)`` or ``Replicate()`` (FSDP2, HSDP: a shard is a row range
 of the global tensor; replicas are read from one of them). Any other layout (tensor
-parallel, strided, partial), or a rank that would receive more than ``max_bytes``, is refused
+parallel, strided, partial), or a rank whose new shard is over ``max_bytes``, is refused
 on every rank alike with the reason (:class:`Outcome`): the caller falls back to the durable
 tier, never to an error.
 """
@@ -197,7 +197,7 @@ def load(group: dist.ProcessGroup, rank: int, state_dict: Any, holdings: list[se
     own = rank if rank < old_world else 0
     targets = flat.leaves_full(state_dict)
     pieces, why = plan(needs(targets), tables, reader, rank, own, skel[own])
-    need = sum(p.nbytes for p in pieces if p.reader != rank)
+    need = sum(p.nbytes for p in pieces if p.row >= 0)  # its new shard, local or received
     got = [None] * world
     dist.all_gather_object(got, {"pieces": pieces, "why": why, "need": need}, group=group)
     whys = sorted({f"rank {r}: {g['why']}" for r, g in enumerate(got) if g["why"]})
@@ -206,8 +206,8 @@ def load(group: dist.ProcessGroup, rank: int, state_dict: Any, holdings: list[se
         out.refused = f"cannot reshard step {step} from {old_world} ranks: {whys[0]}"
         return out
     if max_bytes is not None and most > max_bytes:
-        out.refused = (f"resharding step {step} from {old_world} ranks would move "
-                       f"{most} bytes to one rank, over reshard_max_bytes {max_bytes}")
+        out.refused = (f"resharding step {step} from {old_world} ranks would assemble "
+                       f"{most} bytes on one rank, over reshard_max_bytes {max_bytes}")
         return out
     recv = _exchange(group, rank, got, pieces, bufs, pin, out)
     _fill(state_dict, targets, pieces, recv, bufs, rank, pin)

@@ -86,7 +86,7 @@ class Tiers:
             save of 12 MiB, measured by ``bench/tier_bench.py --no-checksum``.
         nice: CPU priority of the background writer and its gloo threads (0-19; 0: the
             process's own). See the module docstring for why 0 is the default.
-        reshard_max_bytes: above this many bytes received by one rank, a change of world
+        reshard_max_bytes: above this many bytes resharded onto one rank, a change of world
             size restores from the durable tier instead of resharding node memory
             (``RESILIENT_RESHARD_MAX_BYTES``; None: no limit).
         side_copy: copy the state off the training's path (CUDA: a side stream; CPU: the

@@ -155,3 +155,21 @@ def test_the_tiers_open_as_many_sockets_on_six_ranks_as_on_three(tmp_path) -> No
     large = _tier_sockets(run(str(tmp_path / "6"), list("abcdef"), ["--steps", "2"]))
     assert len(small) == 3 and len(large) == 6
     assert max(large) <= max(small), (small, large)
+
+
+@pytest.mark.train
+def test_a_reshard_over_the_size_limit_loads_the_durable_tier_and_says_why(tmp_path) -> None:
+    """Two ranks stop after step 4 (a durable save of step 3); the job goes on with one rank
+    and ``RESILIENT_RESHARD_MAX_BYTES`` below its new shard: the durable save is loaded, not
+    node memory's newer step, with a ``tier_fallback`` event naming the limit."""
+    root = str(tmp_path)
+    durable = ["--durable-dir", str(tmp_path / "ckpt"), "--durable-every", "3"]
+    run(root, ["a", "b"], [*durable, "--exit-after", "4"])
+    shutil.rmtree(os.path.join(root, "b"))
+    events = str(tmp_path / "events.jsonl")
+    out = run(root, ["a"], [*durable, "--steps", "4"],
+              extra_env={"RESILIENT_EVENTS_FILE": events, "RESILIENT_RESHARD_MAX_BYTES": "1"})
+    assert [(x["step"], x["tier"]) for x in worker_lines(out).values()] == [(3, "durable")]
+    fb = [json.loads(x) for x in open(events)]
+    fb = [e for e in fb if e["kind"] == "tier_fallback"]
+    assert len(fb) == 1 and "over reshard_max_bytes 1" in fb[0]["reason"], fb
