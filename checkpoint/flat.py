@@ -268,6 +268,19 @@ class ShapeMismatch(ValueError):
     pass
 
 
+def _own(x: Any) -> Any:
+    """``x`` with every tensor copied out of the buffer it may view (values a load assigns
+    rather than copies into: they outlive the load's buffer and may be handed to torch calls
+    that expect a tensor of their own, e.g. ``torch.set_rng_state``)."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, dict):
+        return {k: _own(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_own(v) for v in x)
+    return x
+
+
 def fill(target: Any, saved: Any, prefix: str = "", non_blocking: bool = False) -> Any:
     """Copy ``saved`` into ``target`` in place (tensors ``copy_``'d, including a DTensor's local
     shard; other values replaced in their dict or list); returns the filled object. With
@@ -286,13 +299,13 @@ def fill(target: Any, saved: Any, prefix: str = "", non_blocking: bool = False) 
     if isinstance(target, dict) and isinstance(saved, dict):
         for k, v in saved.items():
             target[k] = (fill(target[k], v, f"{prefix}/{k}", non_blocking) if k in target
-                         else v)
+                         else _own(v))
         return target
     if isinstance(target, list) and isinstance(saved, list) and len(target) == len(saved):
         for i, v in enumerate(saved):
             target[i] = fill(target[i], v, f"{prefix}/{i}", non_blocking)
         return target
-    return saved
+    return _own(saved)
 
 
 def fill_values(target: Any, skeleton: Any) -> Any:
