@@ -308,27 +308,35 @@ def fill(target: Any, saved: Any, prefix: str = "", non_blocking: bool = False) 
     return _own(saved)
 
 
-def fill_values(target: Any, skeleton: Any) -> Any:
-    """Set ``target``'s plain (non-tensor) values from a snapshot's skeleton in place, leaving
-    its tensors (the skeleton's references) alone; returns the filled object."""
+def fill_values(target: Any, skeleton: Any, extras: dict[str, torch.Tensor],
+                table: list[Any]) -> Any:
+    """Set ``target``'s plain values from a snapshot's skeleton in place, leaving its own
+    tensors (filled already) alone; a saved tensor the target lacks comes from ``extras`` (by
+    path name; ``table``: the snapshot's tensor table). Returns the filled object."""
     if isinstance(skeleton, _Ref):
-        return target
+        if isinstance(target, torch.Tensor):
+            return target
+        return _resolved(skeleton, extras, table)
     if isinstance(target, dict) and isinstance(skeleton, dict):
         for k, v in skeleton.items():
-            target[k] = fill_values(target[k], v) if k in target else _no_refs(v)
+            target[k] = (fill_values(target[k], v, extras, table) if k in target
+                         else _resolved(v, extras, table))
         return target
     if isinstance(target, list) and isinstance(skeleton, list) and len(target) == len(skeleton):
         for i, v in enumerate(skeleton):
-            target[i] = fill_values(target[i], v)
+            target[i] = fill_values(target[i], v, extras, table)
         return target
-    return _no_refs(skeleton)
+    return _resolved(skeleton, extras, table)
 
 
-def _no_refs(x: Any) -> Any:
+def _resolved(x: Any, extras: dict[str, torch.Tensor], table: list[Any]) -> Any:
     if isinstance(x, _Ref):
-        raise ShapeMismatch("a saved tensor has no place in the state dict")
+        name = table[x.index][0]
+        if name not in extras:
+            raise ShapeMismatch(f"{name}: a saved tensor has no place in the state dict")
+        return extras[name]
     if isinstance(x, dict):
-        return {k: _no_refs(v) for k, v in x.items()}
+        return {k: _resolved(v, extras, table) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_no_refs(v) for v in x)
+        return type(x)(_resolved(v, extras, table) for v in x)
     return x

@@ -197,6 +197,10 @@ def load(group: dist.ProcessGroup, rank: int, state_dict: Any, holdings: list[se
     own = rank if rank < old_world else 0
     targets = flat.leaves_full(state_dict)
     pieces, why = plan(needs(targets), tables, reader, rank, own, skel[own])
+    have = {name for name, _ in targets}
+    pieces += [Piece(reader[own], own, e.offset, e.nbytes, name, 0)  # plain values the target
+               for name, e in tables[own].items()  # lacks (an empty ``extra``): whole
+               if name not in have and e.kind == "plain" and not why]
     need = sum(p.nbytes for p in pieces if p.row >= 0)  # its new shard, local or received
     got = [None] * world
     dist.all_gather_object(got, {"pieces": pieces, "why": why, "need": need}, group=group)
@@ -210,7 +214,7 @@ def load(group: dist.ProcessGroup, rank: int, state_dict: Any, holdings: list[se
                        f"{most} bytes on one rank, over reshard_max_bytes {max_bytes}")
         return out
     recv = _exchange(group, rank, got, pieces, bufs, pin, out)
-    _fill(state_dict, targets, pieces, recv, bufs, rank, pin)
+    _fill(state_dict, targets, pieces, recv, bufs, rank, pin, tables[own])
     return out
 
 
@@ -251,12 +255,14 @@ def _spans(pieces: list[Piece], rank: int) -> list[int]:
 
 
 def _fill(state_dict: Any, targets: list[tuple[str, torch.Tensor]], pieces: list[Piece],
-          recv: torch.Tensor, bufs: dict[int, torch.Tensor], rank: int, pin: bool) -> None:
+          recv: torch.Tensor, bufs: dict[int, torch.Tensor], rank: int, pin: bool,
+          tables_own: dict[str, Entry]) -> None:
     """Copy every piece into its tensor's local rows in place; the plain values from the
     skeleton."""
     by_name = dict(targets)
     spans = iter(_spans(pieces, rank))
     skeleton: Any = None
+    extras: dict[str, torch.Tensor] = {}
     for p in pieces:
         if p.reader == rank:
             src = bufs[p.owner][p.offset:p.offset + p.nbytes]
@@ -268,6 +274,10 @@ def _fill(state_dict: Any, targets: list[tuple[str, torch.Tensor]], pieces: list
             continue
         if not p.nbytes:
             continue
+        if p.name not in by_name:  # a value the target lacks: its own copy, for the skeleton
+            e = tables_own[p.name]
+            extras[p.name] = src.view(getattr(torch, e.dtype)).view(e.shape).clone()
+            continue
         local = flat._local(by_name[p.name])
         data = src.view(local.dtype)
         with torch.no_grad():
@@ -278,4 +288,4 @@ def _fill(state_dict: Any, targets: list[tuple[str, torch.Tensor]], pieces: list
                 local.copy_(data.view(local.shape), non_blocking=pin)
     if pin:
         torch.cuda.synchronize()
-    flat.fill_values(state_dict, skeleton["skeleton"])
+    flat.fill_values(state_dict, skeleton["skeleton"], extras, skeleton["tensors"])
