@@ -252,6 +252,9 @@ class Members:
         return [*self.jobs, *self.step_daemons, *self.daemons, *self.helpers]
 
 
+POWER_MODULE = "resilient_slurm.sandbox.power"  # sandbox up --repair's programs
+
+
 def _is_daemon(paths: Paths, info: Proc) -> bool:
     argv = info.cmdline
     if info.exe.startswith("munged"):
@@ -287,7 +290,10 @@ def members(paths: Paths) -> Members:
         recorded.append(helper)
     helpers = meta.get("stall_helpers")  # node pauses
     recorded += [p for p in (helpers if isinstance(helpers, list) else []) if isinstance(p, int)]
-    daemons = [p for p in dict.fromkeys(recorded)
+    # A slurmd a reboot or power program started (sandbox/power.py) may not be recorded yet.
+    started = [p for p, info in procs.items() if info.exe.startswith("slurmd")
+               and paths.conf in info.cmdline]
+    daemons = [p for p in dict.fromkeys([*recorded, *started])
                if p in procs and p not in mine and _is_daemon(paths, procs[p])]
     steps = [p for p, info in procs.items()
              if info.exe.startswith("slurmstepd") and info.uid == 0 and p not in mine
@@ -297,7 +303,10 @@ def members(paths: Paths) -> Members:
     helpers = [p for p in descendants(daemons, procs) if p not in below]
     known = {*below, *helpers, *daemons, *steps, *mine}
     orphans = [p for p in procs if p not in known and _job_env(proc_env(p), paths.conf)]
-    jobs = [p for p in [*below, *orphans] if p not in mine]
+    # Slurm's reboot and power programs at work (detached): ended first, with the jobs.
+    power = [p for p, info in procs.items() if POWER_MODULE in info.cmdline
+             and paths.root in info.cmdline and p not in known]
+    jobs = [p for p in [*below, *orphans, *power] if p not in mine]
     return Members(daemons, steps, jobs, [p for p in helpers if p not in mine])
 
 
