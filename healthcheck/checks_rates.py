@@ -27,7 +27,7 @@ from .checks_gpu import GpuContext
 from .gpu import GpuInfo, GpuSnapshot
 from .gpu_judge import _r, _unusable
 from .klogpos import read_trusted_json
-from .model import OK, WARN, Result
+from .model import OK, UNKNOWN, WARN, Result
 from .registry import PERIODIC, declare
 
 MAX_SAMPLES = 64  # per GPU and counter
@@ -120,6 +120,10 @@ def evaluate_error_rates(snap: GpuSnapshot, ctx: GpuContext) -> list[Result]:
     for gpu in snap.gpus:
         for c in COUNTERS:
             count = gpu.values.get(c.field)
+            error = gpu.errors.get(c.field)
+            if not gpu.lost and error and error != "NOT_SUPPORTED":  # unreadable is not ok
+                out.append(_r("error_rates", UNKNOWN, "NVML_ERROR", gpu, f"{c.what}: NVML "
+                              f"answered {error}", f"{c.field}: {error}"))
             if gpu.lost or not isinstance(count, int):
                 continue
             seen.append(f"gpu{gpu.index} {c.field}={count}")

@@ -22,7 +22,7 @@ NVML_FIELD = {
     "ecc": "ecc", "row_remap": "remapped_rows", "retired_pages": "retired_pages",
     "clocks": "clock_reasons", "temperature": "temperature", "nvlink": "nvlink", "pcie": "pcie",
     "fabric": "fabric", "recovery_action": "recovery_action", "gpu_procs": "processes",
-    "gpu_memory": "memory",
+    "gpu_memory": "memory", "error_rates": "ecc_corrected",
 }
 NVML_INIT = '[nvml]\nbehavior = "init_error"\nerror = "DRIVER_NOT_LOADED"\n'
 LOG_EVENT = {

@@ -53,6 +53,7 @@ H200 = {
     "nvmlDeviceGetRetiredPagesPendingStatus": _not_supported,
     "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 1,
     "nvmlDeviceGetTemperature": lambda h, s: 31, "nvmlDeviceGetNvLinkState": _not_supported,
+    "nvmlDeviceGetNvLinkErrorCounter": _not_supported,
     "nvmlDeviceGetCurrPcieLinkGeneration": lambda h: 1,
     "nvmlDeviceGetCurrPcieLinkWidth": lambda h: 16,
     "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: 5,
@@ -95,8 +96,8 @@ def test_every_field_reads_through_nvidia_ml_py_signatures(fake_pynvml) -> None:
         "ecc": (0, 0), "ecc_mode": (True, True), "utilization": 0,
         "remapped_rows": (2, 0, False, False), "clock_reasons": 1, "temperature": 31,
         "nvlink": [], "pcie": (1, 16, 5, 16), "fabric": "completed",
-        "recovery_action": 0, "processes": [], "memory": 5}
-    assert gpu.errors == {"retired_pages": "NOT_SUPPORTED"}
+        "recovery_action": 0, "processes": [], "memory": 5, "ecc_corrected": 0}
+    assert gpu.errors == {"retired_pages": "NOT_SUPPORTED", "nvlink_crc": "NOT_SUPPORTED"}
 
 
 def test_a_call_this_binding_lacks_fails_that_field_only(fake_pynvml) -> None:
