@@ -113,9 +113,12 @@ def test_foreign_dcp_script_with_faults(slurm, clean, job_user):
         ("exception", "in-job restart (ft_launcher)"),
         ("SIGKILL", "in-job restart (ft_launcher)"),
         ("hang", "in-job restart (ft_launcher, missing heartbeats)")], why
-    # the rank that raised, the rank that was killed; for the hang, the first rank whose
-    # monitor reported it (NVRx flags every rank at once: the hung one is not told apart)
-    assert [f.rank for f in injected][:2] == [1, 0] and injected[2].rank in (0, 1)
+    # the rank that raised, the rank that was killed; for the hang (rank 1), a rank only on
+    # evidence (NVRx flags every rank at once): rank 1, or none named (issue 38: never the
+    # first report read)
+    assert [f.rank for f in injected][:2] == [1, 0]
+    assert injected[2].rank == 1 or (injected[2].rank is None
+                                     and "culprit unknown" in (injected[2].evidence or "")), why
     assert rep.restarts == 3 + extra and rep.cycles == 1, why
     assert all(f.rendezvous_s is not None for f in rep.faults)  # each restart's round seen
     from importlib.metadata import version
@@ -217,7 +220,9 @@ def test_literal_torchrun_line_survives_faults(slurm, clean, job_user):
     assert rep.restarts == 3 + extra and rep.cycles == 1, why
     # the job log shows the launcher: one line per fault, its restart and recovery (not
     # anchored: srun --unbuffered may put a task's unfinished line in front of it)
-    lines = re.findall(rf"resilient-launch: fault (node\d) .* -> in-job restart (\d)/{BUDGET}"
+    # (a hang whose culprit is unknown names no node: issue 38, culprits on evidence only)
+    lines = re.findall(rf"resilient-launch: fault (?:(node\d) )?.* -> in-job restart "
+                       rf"(\d)/{BUDGET}"
                        r"(, resumed in [\d.]+ s)?", log)
     assert [int(k) for _n, k, _r in lines] == list(range(1, rep.restarts + 1)), log[-4000:]
     from importlib.metadata import version
