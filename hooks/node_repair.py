@@ -90,7 +90,7 @@ def gate(config: Config, ctx: HookContext, report: Report, events: SafeEvents,
     if node.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
         return nodestate.Decision(none, node.reason, "repair: reboot pending"), held
     if tag == "reset":
-        return _reset(config, ctx, events, node, slurm, held, prefix, code, device)
+        return _reset(config, ctx, events, state, node, slurm, held, prefix, code, device)
     boot = (report.kernel_position or {}).get("boot_id")
     asked = state.get("repair") if isinstance(state.get("repair"), dict) else None
     if asked and asked.get("tag") == "reboot" and boot and asked.get("boot_id") != boot:
@@ -200,8 +200,8 @@ def _validated(config: Config, ctx: HookContext, report: Report, events: SafeEve
     return nodestate.Decision(nodestate.NONE, node.reason, "repair: validation started")
 
 
-def _reset(config: Config, ctx: HookContext, events: SafeEvents, node: Node,
-           slurm: SlurmBackend, held: list[holds.Hold], prefix: str, code: str,
+def _reset(config: Config, ctx: HookContext, events: SafeEvents, state: dict[str, Any],
+           node: Node, slurm: SlurmBackend, held: list[holds.Hold], prefix: str, code: str,
            device: str) -> tuple[nodestate.Decision, list[holds.Hold]]:
     none = nodestate.NONE
     if node.state in BUSY_STATES or node.flags & {"COMPLETING"}:
@@ -224,8 +224,7 @@ def _reset(config: Config, ctx: HookContext, events: SafeEvents, node: Node,
     failed = [o for o in outcomes if o.kind != proc.OK]
     what = f"GPU(s) {', '.join(map(str, gpus))}" if gpus else "every GPU"
     if failed:
-        reason = ladder.tagged(prefix, code, device, "valfail")
-        slurm.drain(ctx.node, reason)
+        reason = _failed(state, ctx, slurm, prefix, code, device)
         events.emit(EventKind.REPAIR, **Repair(node=ctx.node, step="reset_gpu", cause=code,
                                                reason=reason, why=f"reset of {what} failed: "
                                                f"{failed[0].describe()}"))

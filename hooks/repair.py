@@ -202,7 +202,8 @@ def one_pass(slurm: SlurmBackend, cfg: RepairConfig, *, prefix: str,
         _emit(events, EventKind.REPAIR, node=name, step=step, cause=code, reason=reason,
               why=why, repair_class=cls.name, ladder=list(cls.ladder))
     for name, node in nodes.items():  # Slurm clears the reason at a power up: set it again
-        last = ledger.of(name)[-1] if ledger.of(name) else None
+        taken = ledger.of(name)
+        last = taken[-1] if taken else None
         powering = node.flags & {"POWERING_UP", "POWERING_DOWN", "POWERED_DOWN"}
         if node.drain and not node.reason and last is not None and last.step == "replace" \
                 and not powering:  # a drain while it powers up would stop its registration
