@@ -25,6 +25,7 @@ FENCE = re.compile(r"^(```|~~~)")
 SPAN = re.compile(r"(`+)(.+?)\1")
 COMMANDS = ("resilient-slurm", "resilient-health", "resilient-launch", "resilient-prolog",
             "resilient-epilog")
+README_LIMIT = 10_000  # bytes: "under 10 KB"
 SEGMENT_END = {"|", "||", "&&", ";", "#", ">", ">>", "2>&1", "<", "\\"}
 
 
@@ -262,6 +263,14 @@ def test_named_paths_exist(doc: Path) -> None:
 @pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_flags_exist_in_help(doc: Path) -> None:
     assert unknown_flags(doc) == []
+
+
+def test_readme_stays_under_10_kb() -> None:
+    """README.md is the first page (what it is, install, the two commands, a quick start per
+    role, links into docs/); reference detail lives in docs/, so the README stays short."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < README_LIMIT, f"README.md is {size} bytes; move detail into docs/ (limit " \
+        f"{README_LIMIT})"
 
 
 def test_docs_name_flags_of_every_command() -> None:
