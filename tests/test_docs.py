@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
-DOC_FILES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+DOC_FILES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
                     *(ROOT / "healthcheck").rglob("*.md"), *(ROOT / "training").rglob("*.md")])
 
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
