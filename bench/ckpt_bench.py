@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from resilient_slurm.training.checkpoint import Checkpointer
-from resilient_slurm.training.writers import nvrx_available
+from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.writers import nvrx_available
 
 
 def make_state(mb: float) -> dict[str, torch.Tensor]:

@@ -13,15 +13,20 @@
 ``get_state_dict``); ``load`` fills it in place like ``dcp.load`` and returns the step it
 restored, or None (fresh start). Keyword arguments configure the tiers on the first call
 (:class:`Tiers`); later calls use the same instance. See docs/checkpointing.md.
+
+The package also holds the launcher's torch-free view of a checkpoint directory (``layout``):
+importing the package imports no torch; ``Tiers`` and ``CheckpointError`` (torch) are loaded
+on first use.
 """
 
 from __future__ import annotations
 
 import atexit
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from resilient_slurm.checkpoint.tiers import CheckpointError, Tiers
+if TYPE_CHECKING:
+    from resilient_slurm.checkpoint.tiers import CheckpointError, Tiers
 
 __all__ = ["CheckpointError", "Tiers", "close", "configure", "load", "save", "stats"]
 
@@ -33,11 +38,15 @@ def configure(**options: Any) -> Tiers:
     (see :class:`Tiers`). Options given again later must not differ."""
     global _default
     if _default is None:
+        from resilient_slurm.checkpoint.tiers import Tiers
+
         _default = Tiers(**options)
         atexit.register(_at_exit)
     elif options:
         given = {k: getattr(_default, "keep_asked" if k == "keep" else k) for k in options}
         if given != options:
+            from resilient_slurm.checkpoint.tiers import CheckpointError
+
             raise CheckpointError(f"checkpoint already configured with {given}, not {options}")
     return _default
 
@@ -73,3 +82,12 @@ def _at_exit() -> None:
     dead peer) back for more than ``AT_EXIT_WAIT_S``; the launcher restarts on its exit."""
     if _default is not None:
         _default.close(timeout_s=AT_EXIT_WAIT_S)
+
+
+def __getattr__(name: str) -> Any:
+    """``Tiers`` and ``CheckpointError``, imported (with torch) on first use."""
+    if name in ("Tiers", "CheckpointError"):
+        from resilient_slurm.checkpoint import tiers
+
+        return getattr(tiers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

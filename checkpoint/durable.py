@@ -1,7 +1,7 @@
 """Tier 3: DCP checkpoints on shared storage, written asynchronously, with our commit marker.
 
 Each durable save is ``torch.distributed.checkpoint.async_save`` of the caller's state dict into
-``DIR/step_NNNNNN/`` (the layout of :mod:`resilient_slurm.training.layout`), over a gloo group
+``DIR/step_NNNNNN/`` (the layout of :mod:`resilient_slurm.checkpoint.layout`), over a gloo group
 of its own so the background write never shares a communicator with the training. DCP's
 coordinator (rank 0) writes ``.metadata`` only after every rank's files are written; when rank
 0's future resolves it publishes ``COMMITTED`` (temp file + rename, the same record
@@ -19,9 +19,9 @@ from typing import Any
 
 import torch.distributed.checkpoint as dcp
 
+from resilient_slurm.checkpoint import layout
 from resilient_slurm.events import EventKind, EventLog, Progress
 from resilient_slurm.fsutil import atomic_write_json
-from resilient_slurm.training import layout
 
 _RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$")
 

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from resilient_slurm.checkpoint import flat, peers, pinned, reshard, store
+from resilient_slurm.checkpoint import flat, layout, peers, pinned, reshard, store
 from resilient_slurm.events import EventKind, EventLog, TierFallback
-from resilient_slurm.training import layout
 
 if TYPE_CHECKING:
     from resilient_slurm.checkpoint.tiers import Tiers

@@ -27,13 +27,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from resilient_slurm.checkpoint.layout import COMMIT_MARKER
 from resilient_slurm.events import Checkpoint as CheckpointEvent
 from resilient_slurm.events import EventKind, EventLog, NoProgressSignal, read_events
 from resilient_slurm.events import Progress as ProgressEvent
 from resilient_slurm.launcher.ckpt_meta import torch_zip_step
-from resilient_slurm.training.layout import COMMIT_MARKER
 
-# Completion markers: our own checkpoint layout's first (training/layout.py), then common ones.
+# Completion markers: our own checkpoint layout's first (checkpoint/layout.py), then common ones.
 MARKERS = (COMMIT_MARKER, "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
            "_SUCCESS", "SUCCESS", "_COMPLETE",
            # the frameworks' last file of a save: Hugging Face Trainer's checkpoint-N/,

@@ -36,6 +36,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
+from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.layout import latest_commit
 from resilient_slurm.events import (
     Checkpoint,
     Complete,
@@ -54,7 +56,6 @@ from resilient_slurm.sbatch.train_common import (
     shutdown,
 )
 from resilient_slurm.training import fsdp_state, memory_tiers, ordered_reduce
-from resilient_slurm.training.checkpoint import Checkpointer
 from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import (
     FaultConfigError,
@@ -63,7 +64,6 @@ from resilient_slurm.training.faults import (
     parse_targeted,
     simulated_gpu_lost,
 )
-from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
 from resilient_slurm.training.steptime import StepTimer
 from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal

@@ -29,6 +29,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
+from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.layout import latest_commit
 from resilient_slurm.events import (
     Checkpoint,
     Complete,
@@ -45,10 +47,8 @@ from resilient_slurm.sbatch.train_common import (
     set_rng_state,
 )
 from resilient_slurm.training import fsdp_state, inprocess, ordered_reduce
-from resilient_slurm.training.checkpoint import Checkpointer
 from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import FaultInjector, FaultOptions, Targeted
-from resilient_slurm.training.layout import latest_commit
 from resilient_slurm.training.liveness import Liveness
 
 

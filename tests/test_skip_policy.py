@@ -90,7 +90,7 @@ def test_the_allow_list_matches_the_start_of_the_reason(reason: str, entry: str 
 
 
 def test_the_real_suite_applies_it_to_the_nvrx_writer_variants(tmp_path: Path) -> None:
-    """tests/training/test_checkpoint.py under the real tests/conftest.py with NVRx broken:
+    """tests/checkpoint/test_checkpoint.py under the real tests/conftest.py with NVRx broken:
     its NVRx writer variants are collected, skip with the import's reason, and fail the run."""
     broken = tmp_path / "site" / "nvidia_resiliency_ext"
     broken.mkdir(parents=True)
@@ -98,7 +98,7 @@ def test_the_real_suite_applies_it_to_the_nvrx_writer_variants(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if k not in skip_policy.STRICT_ENV}
     env.update(PYTHONPATH=str(tmp_path / "site"), RESILIENT_REQUIRE_SLURM="1")
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "no:xdist", "tests/training/test_checkpoint.py", "-k", "nvrx"],
+                          "-p", "no:xdist", "tests/checkpoint/test_checkpoint.py", "-k", "nvrx"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
                          check=False)
     assert out.returncode == 1, out.stdout[-3000:]

@@ -46,7 +46,7 @@ SELECT=(
     tests/slurm/test_doctor.py
     tests/test_skip_policy.py
     tests/hooks/test_hooks_cluster.py
-    tests/training/test_checkpoint.py
+    tests/checkpoint/test_checkpoint.py
     tests/launcher/test_launch_slurm.py
     tests/launcher/test_foreign_slurm.py
     tests/launcher/test_inprocess_slurm.py

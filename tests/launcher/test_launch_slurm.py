@@ -234,7 +234,7 @@ def test_scancel_saves_and_is_not_requeued(slurm, clean, tmp_path):
     wait_until(lambda: kinds(state, "verdict"), timeout=30)
     stopped = kinds(state, "stopped")
     assert stopped and stopped[0]["step"] >= 10, kinds(state, "verdict")
-    from resilient_slurm.training.layout import latest_committed_step
+    from resilient_slurm.checkpoint.layout import latest_committed_step
 
     assert latest_committed_step(ckpt) == stopped[0]["step"]  # the stop's save committed
     assert not kinds(state, "requeue")

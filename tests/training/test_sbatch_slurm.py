@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from resilient_slurm.checkpoint import layout  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
-from resilient_slurm.training import layout  # noqa: E402
 
 SBATCH = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "sbatch"))
 ARGS = ["--steps", "20", "--checkpoint-every", "5", "--seed", "3"]

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from resilient_slurm.checkpoint import layout  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
-from resilient_slurm.training import layout  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
 BIN = os.path.dirname(sys.executable)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
-from resilient_slurm.training import layout
+from resilient_slurm.checkpoint import layout
 
 
 @dataclass(frozen=True)

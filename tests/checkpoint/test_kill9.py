@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from resilient_slurm.training import layout, writers  # noqa: E402
-from resilient_slurm.training.checkpoint import Checkpointer  # noqa: E402
+from resilient_slurm.checkpoint import layout, writers  # noqa: E402
+from resilient_slurm.checkpoint.checkpointer import Checkpointer  # noqa: E402
 
 ZYGOTE = os.path.join(os.path.dirname(__file__), "kill9_worker.py")
 WORLD = 2

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from resilient_slurm.training import layout
-from resilient_slurm.training.writers import SaveJob, Writer, make_writer, wait_all
+from resilient_slurm.checkpoint import layout
+from resilient_slurm.checkpoint.writers import SaveJob, Writer, make_writer, wait_all
 
 
 def _dist_info() -> tuple[int, int]:

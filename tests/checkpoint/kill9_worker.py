@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from resilient_slurm.training.checkpoint import Checkpointer
-from resilient_slurm.training.writers import nvrx_available
+from resilient_slurm.checkpoint.checkpointer import Checkpointer
+from resilient_slurm.checkpoint.writers import nvrx_available
 
 
 def save_forever(directory: str, rank: int, world: int, session: str, backend: str) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from resilient_slurm.training import layout
+from resilient_slurm.checkpoint import layout
 
 
 def _write_rank(d: str, rank: int, session: str, step: int, world: int, done: bool = True) -> None:
@@ -29,7 +29,7 @@ def _save(root: str, step: int, world: int = 2, session: str = "s1") -> str:
 
 
 def test_layout_module_does_not_import_torch() -> None:
-    code = ("import sys; import resilient_slurm.training.layout as l, "
+    code = ("import sys; import resilient_slurm.checkpoint.layout as l, "
             "resilient_slurm.training.faults as f; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from resilient_slurm.training import layout, writers  # noqa: E402
-from resilient_slurm.training.checkpoint import Checkpointer, CheckpointError  # noqa: E402
+from resilient_slurm.checkpoint import layout, writers  # noqa: E402
+from resilient_slurm.checkpoint.checkpointer import Checkpointer, CheckpointError  # noqa: E402
 
 
 def _nvrx_unusable() -> str | None:
