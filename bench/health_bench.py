@@ -20,7 +20,7 @@ import time
 
 def command(scenario: str, config: str) -> list[str]:
     exe = shutil.which("resilient-health", path=os.path.dirname(sys.executable))
-    base = [exe] if exe else [sys.executable, "-m", "resilient_slurm.healthcheck"]
+    base = [exe] if exe else [sys.executable, "-m", "resilient_slurm.hooks.health_cli"]
     return [*base, "check", "--simulate", scenario, "--config", config]
 
 

@@ -1,7 +1,10 @@
-"""``resilient-health``: run the node health checks.
+"""The health engine's commands of ``resilient-health``: ``check``, ``genconf``, ``scenarios``,
+``install-scenario`` (:data:`COMMANDS`).
 
-Exit codes: ``healthcheck/exits.py`` (``CHECK_EXITS`` for ``check``, ``HOOK_EXITS`` for the bare
-HealthCheckProgram), rendered into ``--help``.
+The ``resilient-health`` group that carries them, with the HealthCheckProgram as its bare form
+and the hooks' commands beside them, is ``hooks/health_cli.py``: the health engine knows
+nothing of the hooks. ``check``'s exit codes: ``healthcheck/exits.py``'s ``CHECK_EXITS``,
+rendered into its ``--help``.
 """
 
 from __future__ import annotations
@@ -13,10 +16,9 @@ import time
 
 import click
 
-from resilient_slurm import __version__
 from resilient_slurm.config import ConfigError, load_config
 
-from .exits import CHECK_EXITS, EXIT_USAGE, HOOK_EXITS, render
+from .exits import CHECK_EXITS, EXIT_USAGE, render
 from .model import STATUSES, Report
 
 
@@ -70,37 +72,7 @@ def _indices(value: str | None) -> list[int] | None:
         raise click.BadParameter(f"{value!r}: expected comma-separated GPU indices") from None
 
 
-@click.group(invoke_without_command=True,
-             context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="\b\n" + render(HOOK_EXITS, "Exit codes with no command "
-                                                  "(the HealthCheckProgram)"))
-@click.version_option(__version__, prog_name="resilient-health")
-@click.pass_context
-def main(ctx: click.Context) -> None:
-    """Node health checks for GPU nodes (GPU, Xid, NVLink, DCGM, EFA/IB, storage).
-
-    \b
-    With no command, this is Slurm's HealthCheckProgram: run the periodic checks on
-    $SLURMD_NODENAME, drain it with an `rhc:` reason when unhealthy, resume it when it is
-    healthy again and the drain was ours (config: /etc/resilient-slurm/config.toml only;
-    a root hook reads nothing from the environment). `resilient-health check` only reports.
-    """
-    if ctx.invoked_subcommand is None:
-        no_subcommand(ctx)
-
-
-def no_subcommand(ctx: click.Context) -> None:
-    """Bare ``resilient-health`` is Slurm's HealthCheckProgram: check, then drain or resume.
-
-    Config from ``/etc/resilient-slurm/config.toml`` only (no environment: it runs as root);
-    node from ``SLURMD_NODENAME``. Exit status: ``HOOK_EXITS``.
-    """
-    from .hook import health_main
-
-    ctx.exit(health_main([]))
-
-
-@main.command(epilog="\b\n" + render(CHECK_EXITS))
+@click.command("check", epilog="\b\n" + render(CHECK_EXITS))
 @click.option("--only", help="Comma-separated check names (default: the whole set).")
 @click.option("--set", "check_set", type=click.Choice(["periodic", "prolog", "epilog"]),
               default="periodic", show_default=True, help="Which check set to run.")
@@ -171,7 +143,7 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
     sys.exit(code)
 
 
-@main.command("genconf")
+@click.command("genconf")
 @click.option("--name", help="Profile name (default <count>x-<gpu name>, e.g. 8x-nvidia-h100).")
 @click.option("--match", multiple=True, help="Node-name glob that selects it (repeatable).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
@@ -233,31 +205,7 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
         click.echo(text, nl=False)
 
 
-@main.command("watch")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="Config file (default /etc/resilient-slurm/config.toml).")
-@click.option("--node", help="Node name (default $SLURMD_NODENAME or the short hostname).")
-@click.option("--ticks", type=click.IntRange(min=1),
-              help="Stop after this many looks (default: run until SIGTERM).")
-def watch_cmd(config_path: str | None, node: str | None, ticks: int | None) -> None:
-    """The node watcher, a root service: publish a failing node within seconds.
-
-    \b
-    Every [hooks] watch_interval_s (2 s) it runs the cheap NVML checks ([hooks]
-    watch_checks: GPU count and lost GPUs, ECC, row remapping, recovery action) and, when
-    they fail, does at once what the next HealthCheckProgram run would: publishes the
-    verdict (source `watch`) and drains the node (`rhc:` reason, fleet guard included).
-    It never clears a verdict, never resumes, never acts on `unknown`: the health program
-    stays the authority. Run it from a service manager (docs/hooks.md has a systemd unit).
-    """
-    from resilient_slurm.hooks.watch import watch_main
-
-    argv = [*(["--config", config_path] if config_path else []),
-            *(["--node", node] if node else []), *(["--ticks", str(ticks)] if ticks else [])]
-    sys.exit(watch_main(argv))
-
-
-@main.command("scenarios")
+@click.command("scenarios")
 def scenarios_cmd() -> None:
     """List the shipped simulation scenarios."""
     from .simulate import load_scenario_data, scenario_path, shipped_scenarios
@@ -267,7 +215,7 @@ def scenarios_cmd() -> None:
         click.echo(f"{name:<20} {desc}")
 
 
-@main.command("install-scenario")
+@click.command("install-scenario")
 @click.argument("node_dir", type=click.Path(file_okay=False))
 @click.argument("scenario")
 def install_cmd(node_dir: str, scenario: str) -> None:
@@ -280,14 +228,4 @@ def install_cmd(node_dir: str, scenario: str) -> None:
         _config_error(exc)
 
 
-def _register_admin() -> None:
-    from resilient_slurm.hooks import admin, validate_cmd
-
-    admin.register(main)  # `holds`, `clear-hold`
-    validate_cmd.register(main)  # `validate`
-
-
-_register_admin()
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+COMMANDS: tuple[click.Command, ...] = (check, genconf_cmd, scenarios_cmd, install_cmd)

@@ -1,10 +1,10 @@
-"""Exit statuses of the hook programs and of ``resilient-health check``, defined once.
+"""Exit statuses of ``resilient-health check``, defined once, and how a table is rendered.
 
-``HOOK_EXITS``: the prolog, the epilog and the HealthCheckProgram (bare ``resilient-health``).
 ``CHECK_EXITS``: ``resilient-health check``, which only reports. The statuses of a verdict
-come from :data:`resilient_slurm.healthcheck.model.EXIT_CODES`. Each command's ``--help`` is
-rendered from its table (:func:`render`), and tests/test_docs_tables.py checks the docs' tables
-(docs/hooks.md, healthcheck/README.md, README.md) against them.
+come from :data:`resilient_slurm.healthcheck.model.EXIT_CODES`; the hook programs' table,
+built on them, is ``hooks/exits.py``'s ``HOOK_EXITS``. Each command's ``--help`` is rendered
+from its table (:func:`render`), and tests/test_docs_tables.py checks the docs' tables
+(healthcheck/README.md; docs/hooks.md and README.md for the hooks') against them.
 """
 
 from __future__ import annotations
@@ -15,20 +15,8 @@ EXIT_HEALTHY = EXIT_CODES[OK]  # 0 (warn too)
 EXIT_UNHEALTHY = EXIT_CODES[FAIL]  # 1
 EXIT_USAGE = 2
 EXIT_UNKNOWN = EXIT_CODES[UNKNOWN]  # 3
-EXIT_HOOK_ERROR = 4
 
 ExitTable = tuple[tuple[int, str], ...]
-
-HOOK_EXITS: ExitTable = (
-    (EXIT_HEALTHY, "healthy (warnings allowed); also a health run that yielded to a starting "
-     "job or to another health run, and an unhealthy node the fleet guard kept up (the shared "
-     "cause is logged)"),
-    (EXIT_UNHEALTHY, "unhealthy: drained, or the drain was tried and Slurm did not answer"),
-    (EXIT_USAGE, "config or usage error (the message names the key or file)"),
-    (EXIT_UNKNOWN, "a check could not tell (`unknown`): treated as unhealthy, drained"),
-    (EXIT_HOOK_ERROR, "the hook could not run: its state directory was refused, or the health "
-     "program's last-resort alarm fired"),
-)
 
 CHECK_EXITS: ExitTable = (
     (EXIT_HEALTHY, "healthy (warnings allowed)"),

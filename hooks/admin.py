@@ -25,10 +25,11 @@ import click
 from resilient_slurm import fsutil
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
 from resilient_slurm.events import EventKind, HoldReleased
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR, EXIT_USAGE
+from resilient_slurm.healthcheck.exits import EXIT_USAGE
 from resilient_slurm.hooks import holds, runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import HookContext
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 
 NODE_HELP = "Node name (default $SLURMD_NODENAME or the short hostname)."
 CONFIG_HELP = f"Config file (default {DEFAULT_PATH}; the environment is not read)."

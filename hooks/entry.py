@@ -1,14 +1,14 @@
 """What the three hooks share: argument parsing, set-up, and the guard around a run.
 
 The prolog (``prolog/hook.py``), the epilog (``epilog/hook.py``) and the HealthCheckProgram
-(``healthcheck/hook.py``, the no-argument form of ``resilient-health``) all run through
+(``hooks/health.py``, the no-argument form of ``resilient-health``) all run through
 :func:`guarded`.
 
 They take only ``--config PATH`` and ``--node NAME`` (tests, manual runs); everything else comes
 from the config file (default ``/etc/resilient-slurm/config.toml``). Root hooks take **no**
 configuration from the environment (no ``RESILIENT_SLURM_*`` variable, not even the config
 path): the file must be owned by root (or the running user) and not writable by group or
-others, checked on every run. Exit statuses: ``healthcheck/exits.py`` (``HOOK_EXITS``, rendered into
+others, checked on every run. Exit statuses: ``hooks/exits.py`` (``HOOK_EXITS``, rendered into
 ``--help``); a non-zero prolog/epilog status also makes Slurm drain the node (we drain first,
 with our own reason).
 """
@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from resilient_slurm import __version__
 from resilient_slurm.config import DEFAULT_PATH, Config, ConfigError, load_config
 from resilient_slurm.events import EventKind, HookNote
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR, EXIT_USAGE, HOOK_EXITS, render
+from resilient_slurm.healthcheck.exits import EXIT_USAGE, render
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.config import HooksConfig  # noqa: F401 - registers [hooks]
 from resilient_slurm.hooks.context import ContextError, HookContext, from_env
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR, HOOK_EXITS
 
 if TYPE_CHECKING:  # the health engine is imported only when a hook runs checks
     from resilient_slurm.healthcheck.model import Report

@@ -24,7 +24,7 @@ from resilient_slurm.hooks.config import HooksConfig
 SHIMS = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main"),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main"),
-    "healthcheck": ("resilient_slurm.healthcheck.hook", "health_main"),
+    "healthcheck": ("resilient_slurm.hooks.health", "health_main"),
     # The node watcher: a service (docs/hooks.md), not a slurm.conf hook.
     "watch": ("resilient_slurm.hooks.watch", "watch_main"),
 }

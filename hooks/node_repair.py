@@ -63,8 +63,8 @@ def _alive(pid: Any) -> bool:
 def start_validation(config: Config, ctx: HookContext) -> int:
     """``resilient-health validate --record`` in its own session (it outlives this run);
     returns its pid. Its output goes to ``validate.log`` in the hook state directory."""
-    argv = [sys.executable, "-I", "-m", "resilient_slurm.healthcheck", "validate", "--record",
-            "--node", ctx.node]
+    argv = [sys.executable, "-I", "-m", "resilient_slurm.hooks.health_cli", "validate",
+            "--record", "--node", ctx.node]
     if config.source:
         argv += ["--config", config.source]
     state_dir = config.section("hooks").state_dir

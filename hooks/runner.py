@@ -13,7 +13,7 @@ streak: recorded for each failing check when we drain, released when the check p
 Non-essential I/O (events, metrics, verdict file, a corrupt state file) is reported on stderr
 and never changes the verdict or the exit status.
 
-Exit status (``act``): ``healthcheck/exits.py``'s ``HOOK_EXITS``.
+Exit status (``act``): ``hooks/exits.py``'s ``HOOK_EXITS``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 BROKEN_CODE = "HOOK_BROKEN"
 BROKEN_FLAG = "--hook-broken"
-EXIT_BROKEN = 4  # healthcheck/exits.py: the hook could not run
+EXIT_BROKEN = 4  # hooks/exits.py's EXIT_HOOK_ERROR: the hook could not run
 _SAFE = re.compile(r"^[A-Za-z0-9_./:{}+@=,-]*$")  # what a baked path may hold
 
 

@@ -20,10 +20,10 @@ import click
 
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, Validation
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 from resilient_slurm.hooks.repair_config import RepairConfig
 
 

@@ -45,10 +45,10 @@ from collections.abc import Sequence
 
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, HookNote
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report, Result
 from resilient_slurm.hooks import entry, runner
 from resilient_slurm.hooks.context import HookContext
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 
 SOURCE = "watch"
 
@@ -112,7 +112,7 @@ def watch_main(argv: Sequence[str] | None = None) -> int:
 def tick(config: Config, ctx: HookContext, events: runner.SafeEvents,
          acted: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """One look; returns the failure now acted on (None: nothing failing)."""
-    from resilient_slurm.healthcheck.hook import job_starting
+    from resilient_slurm.hooks.health import job_starting
 
     if job_starting(config):
         return acted  # a prolog checks the node now; look again next tick

@@ -1,4 +1,4 @@
-"""Exit statuses of ``resilient-launch``, defined once (as ``healthcheck/exits.py`` does for
+"""Exit statuses of ``resilient-launch``, defined once (as ``hooks/exits.py`` does for
 the hooks).
 
 ``EXIT_MEANINGS`` lists them in the order ``resilient-launch --help`` shows them (the help text

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
-from resilient_slurm.healthcheck.hook import JOB_START_LOCK
 from resilient_slurm.healthcheck.model import Report
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded, job_file
+from resilient_slurm.hooks.health import JOB_START_LOCK
 
 
 def prolog_main(argv: Sequence[str] | None = None) -> int:

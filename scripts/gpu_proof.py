@@ -111,7 +111,7 @@ class Proof:
                    round(done[2].ru_maxrss / 1024, 1))
 
     def health(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "resilient_slurm.healthcheck", *args]
+        return [sys.executable, "-m", "resilient_slurm.hooks.health_cli", *args]
 
     # ------------------------------------------------------------------ steps
     def environment(self, cap: float) -> None:

@@ -127,7 +127,7 @@ def _click_main(name: str) -> click.Command:
     if name == "resilient-slurm":
         from resilient_slurm.cli import main
     elif name == "resilient-health":
-        from resilient_slurm.healthcheck.cli import main
+        from resilient_slurm.hooks.health_cli import main
     else:
         from resilient_slurm.launcher.cli import main
     return main

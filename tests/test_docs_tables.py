@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.events import PAYLOADS, EventKind
-from resilient_slurm.healthcheck.exits import CHECK_EXITS, HOOK_EXITS, ExitTable, render
+from resilient_slurm.healthcheck.exits import CHECK_EXITS, ExitTable, render
+from resilient_slurm.hooks.exits import HOOK_EXITS
 from resilient_slurm.launcher.exits import EXIT_MEANINGS
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
@@ -140,7 +141,7 @@ def test_exit_table_check_sees_a_changed_meaning() -> None:
 def test_help_shows_the_exit_tables() -> None:
     from click.testing import CliRunner
 
-    from resilient_slurm.healthcheck.cli import main as health
+    from resilient_slurm.hooks.health_cli import main as health
     from resilient_slurm.prolog.hook import prolog_main
 
     def shown(out: str, table: ExitTable) -> bool:

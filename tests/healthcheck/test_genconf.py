@@ -11,11 +11,11 @@ import time
 from click.testing import CliRunner
 
 from resilient_slurm.config import load_config, tomllib
-from resilient_slurm.healthcheck.cli import main
 from resilient_slurm.healthcheck.genconf import FLOOR_KEYS, observe, render
 from resilient_slurm.healthcheck.profiles import shipped_profiles
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import Scenario, scenario_path
+from resilient_slurm.hooks.health_cli import main
 
 from .helpers import by_check, write_scenario
 
@@ -159,7 +159,7 @@ def test_nvml_hang_exits_3_within_the_timeout(tmp_path) -> None:
     cfg.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\nnvml_timeout_s = 1\n")
     dest = tmp_path / "prof.toml"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.healthcheck", "genconf",
+    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.hooks.health_cli", "genconf",
                            "--simulate", "nvml-hang", "--config", str(cfg), "-o", str(dest)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 3, proc.stderr

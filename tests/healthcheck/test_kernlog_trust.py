@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resilient_slurm.healthcheck import kernlog
-from resilient_slurm.healthcheck.cli import main as health_cli
 from resilient_slurm.healthcheck.klogpos import plausible
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm.hooks.health_cli import main as health_cli
 
 from .helpers import by_check, make_config
 

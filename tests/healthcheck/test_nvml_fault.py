@@ -26,8 +26,8 @@ def _check(tmp_path, fault: str | None) -> tuple[subprocess.CompletedProcess[str
     if fault is not None:
         env["RESILIENT_HEALTH_NVML_FAULT"] = fault
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.healthcheck", "check", "--json",
-                           "--simulate", "healthy-p5", "--config", str(cfg)],
+    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.hooks.health_cli", "check",
+                           "--json", "--simulate", "healthy-p5", "--config", str(cfg)],
                           capture_output=True, text=True, timeout=60, env=env)
     return proc, time.monotonic() - t0
 

@@ -62,7 +62,7 @@ def test_genconf_says_a_set_up_failure(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
     from resilient_slurm.healthcheck import simulate
-    from resilient_slurm.healthcheck.cli import main
+    from resilient_slurm.hooks.health_cli import main
 
     def no_space(self: simulate.Scenario) -> tuple[str, str]:
         raise OSError(28, "No space left on device")

@@ -13,8 +13,8 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from resilient_slurm.healthcheck.cli import main
 from resilient_slurm.healthcheck.seams import check_node
+from resilient_slurm.hooks.health_cli import main
 
 from .helpers import by_check, make_config, write_scenario
 
@@ -99,7 +99,7 @@ def test_cli_watchdog_holds_end_to_end(tmp_path):
     watcher = threading.Thread(target=_watch_sleepers, args=(mark, seen, stop), daemon=True)
     watcher.start()
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.healthcheck", "check",
+    proc = subprocess.run([sys.executable, "-m", "resilient_slurm.hooks.health_cli", "check",
                            "--simulate", scen, "--config", str(cfg), "--json"],
                           capture_output=True, text=True, timeout=30,
                           env={**os.environ, "RS_TEST_MARK": mark})
@@ -201,7 +201,7 @@ def test_install_scenario_command(tmp_path):
 
 
 def test_no_torch_and_lazy_pynvml():
-    code = ("import sys, resilient_slurm.healthcheck.cli, resilient_slurm.healthcheck.engine\n"
+    code = ("import sys, resilient_slurm.hooks.health_cli, resilient_slurm.healthcheck.engine\n"
             "from resilient_slurm.config import load_config\n"
             "from resilient_slurm.healthcheck.seams import check_node\n"
             "check_node(load_config('/dev/null', env={}), simulate='healthy-p5', node='x')\n"

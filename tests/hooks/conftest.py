@@ -43,7 +43,7 @@ def run_health_timed(sandbox, node: str,
     """``run_health_as_slurm`` until a run is not skipped, and that run's seconds: slurmd's own
     periodic run may hold ``health.lock`` at that moment, and ours then exits 0 at once with a
     ``health_skipped`` event, or a prolog may be running (``health_yielded``;
-    healthcheck/hook.py). Run again once that is over. (A skip of slurmd's run while ours
+    hooks/health.py). Run again once that is over. (A skip of slurmd's run while ours
     ran also counts: one run too many, never one too few.)"""
     def passes() -> int:
         return len([e for e in events(sandbox, node=node)
@@ -116,7 +116,7 @@ def run_hook(module: str, config: str, env: dict[str, str] | None = None,
     """A hook as slurmd runs it: root, a bare environment, ``python -I``."""
     func = {"prolog": "resilient_slurm.prolog.hook:prolog_main",
             "epilog": "resilient_slurm.epilog.hook:epilog_main",
-            "health": "resilient_slurm.healthcheck.hook:health_main"}[module]
+            "health": "resilient_slurm.hooks.health:health_main"}[module]
     mod, fn = func.split(":")
     code = f"import sys; from {mod} import {fn}; sys.exit({fn}(['--config', {config!r}]))"
     base = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}

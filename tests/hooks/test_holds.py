@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from resilient_slurm import fsutil
 from resilient_slurm.events import read_events
-from resilient_slurm.healthcheck.cli import main as health_cli
 from resilient_slurm.healthcheck.model import Report, Result
 from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import holds
+from resilient_slurm.hooks.health_cli import main as health_cli
 
 from ..conftest import wait_until
 from ..healthcheck.helpers import write_scenario
@@ -117,7 +117,7 @@ def test_a_hold_cleared_while_the_health_run_rechecks_it_stays_cleared(tmp_path)
     lock = os.path.join(os.path.dirname(_state(tmp_path)), "lock")
     with fsutil.locked(lock):
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", "import sys; from resilient_slurm.healthcheck.hook "
+            [sys.executable, "-I", "-c", "import sys; from resilient_slurm.hooks.health "
              f"import health_main; sys.exit(health_main(['--config', {config!r}]))"],
             env={"SLURMD_NODENAME": "n1"}, cwd="/", stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)

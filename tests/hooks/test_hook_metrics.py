@@ -50,7 +50,7 @@ def _setup(tmp_path: Path, slurm_conf: str = "/nonexistent/slurm.conf") -> tuple
 
 def test_prolog_keeps_the_health_programs_series(tmp_path: Path) -> None:
     root, config = _setup(tmp_path)
-    _hook("resilient_slurm.healthcheck.hook:health_main", config)
+    _hook("resilient_slurm.hooks.health:health_main", config)
     health = root / "prom" / "rhc.prom"
     before = _series(health)
     assert len(before) >= 19
@@ -76,7 +76,7 @@ def test_health_file_says_when_the_hook_last_succeeded_and_how_often_it_runs(
     fsutil.atomic_write_json(os.path.join(state, "streak.json"), {
         "drained": {"reason": "rhc:XID79 gpu3", "since": 1.0}, "drains_total": 2}, mode=0o600)
     before = time.time()
-    assert _hook("resilient_slurm.healthcheck.hook:health_main", config).returncode == 0
+    assert _hook("resilient_slurm.hooks.health:health_main", config).returncode == 0
     values = {s.name: s.value for f in text_string_to_metric_families(
         (root / "prom" / "rhc.prom").read_text()) for s in f.samples}
     assert before <= values["resilient_hook_last_success_timestamp_seconds"] <= time.time()

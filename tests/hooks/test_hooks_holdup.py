@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from resilient_slurm.config import ConfigError, load_config
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck import kernlog
-from resilient_slurm.healthcheck.cli import main as health_cli
 from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import nodestate
+from resilient_slurm.hooks.health_cli import main as health_cli
 
 from ..healthcheck.helpers import by_check, make_config, write_scenario
 from .conftest import hook_config, run_hook
@@ -342,7 +342,7 @@ def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
     open(config, "w").write(text)
     scen = write_scenario(str(tmp_path / "s"), "slow", "[tools.dcgmi]\ndelay_s = 10\n")
     install_scenario(str(tmp_path / "root" / "nodes" / "n1"), scen)
-    mod = "resilient_slurm.healthcheck.hook"
+    mod = "resilient_slurm.hooks.health"
     health = subprocess.Popen(
         [sys.executable, "-I", "-c", f"import sys; from {mod} import health_main; "
          f"sys.exit(health_main(['--config', {config!r}]))"],

@@ -46,17 +46,18 @@ def test_group_writable_shim_is_flagged(tmp_path) -> None:
 
 
 def test_shim_of_an_older_layout_is_flagged(tmp_path) -> None:
-    """A shim naming ``hooks.entry:health_main`` (gone: it closed an import cycle) is reported
-    by --check, not left to fail at the next health run."""
+    """A shim naming a module the HealthCheckProgram has left (``healthcheck.hook``: the
+    health engine imports no hooks) is reported by --check, not left to fail at the next
+    health run."""
     prefix = tmp_path / "root"
     inst = install.install(str(prefix))
     path = inst.shims["healthcheck"]
     with open(path) as fh:
         text = fh.read()
     with open(path, "w") as fh:
-        fh.write(text.replace("resilient_slurm.healthcheck.hook", "resilient_slurm.hooks.entry"))
+        fh.write(text.replace("resilient_slurm.hooks.health", "resilient_slurm.healthcheck.hook"))
     problems = install.check(str(prefix))
-    assert any("does not run resilient_slurm.healthcheck.hook:health_main" in p
+    assert any("does not run resilient_slurm.hooks.health:health_main" in p
                for p in problems), problems
     assert not any("prolog" in p and "does not run" in p for p in problems)
 
@@ -157,7 +158,7 @@ def test_shim_fails_closed_and_check_flags_an_older_one(tmp_path) -> None:
     assert text.startswith("#!/bin/sh\n") and "HOOK_BROKEN healthcheck" in text
     assert not any("fail closed" in p for p in install.check(str(prefix)))
     with open(path, "w") as fh:
-        fh.write(f"#!{inst.python} -I\nimport sys\nfrom resilient_slurm.healthcheck.hook import "
+        fh.write(f"#!{inst.python} -I\nimport sys\nfrom resilient_slurm.hooks.health import "
                  "health_main\nsys.exit(health_main([]))\n")
     assert any("does not fail closed" in p for p in install.check(str(prefix)))
 

@@ -24,7 +24,7 @@ FORBIDDEN = ("torch", "nvidia_resiliency_ext")
 ENTRY = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main", ()),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main", ()),
-    "health": ("resilient_slurm.healthcheck.hook", "health_main", ()),
+    "health": ("resilient_slurm.hooks.health", "health_main", ()),
     "watch": ("resilient_slurm.hooks.watch", "watch_main", ("--ticks", "1")),
 }
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rule is for hooks
 
 
 def _health(config: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys; from resilient_slurm.healthcheck.hook import health_main; "
+    code = ("import sys; from resilient_slurm.hooks.health import health_main; "
             f"sys.exit(health_main(['--config', {str(config)!r}]))")
     return subprocess.run([sys.executable, "-I", "-c", code], env={"SLURMD_NODENAME": "n1"},
                           capture_output=True, text=True, timeout=120, cwd="/")

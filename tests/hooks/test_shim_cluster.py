@@ -79,4 +79,4 @@ def test_shims_drain_their_node_when_interpreter_or_package_is_gone(sandbox, slu
     problems = install.check(prefix, slurm_conf=sandbox.conf)
     assert any("interpreter" in p and "HOOK_BROKEN" in p for p in problems), problems
     problems = install.check(str(tmp_path / "nopkg"), slurm_conf=sandbox.conf)
-    assert any("cannot import resilient_slurm.healthcheck.hook" in p for p in problems), problems
+    assert any("cannot import resilient_slurm.hooks.health" in p for p in problems), problems

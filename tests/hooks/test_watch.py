@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import read_events
-from resilient_slurm.healthcheck.cli import main as health_cli
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
 from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
+from resilient_slurm.hooks.health_cli import main as health_cli
 
 from .conftest import hook_config
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, HookNote
-from resilient_slurm.healthcheck.exits import EXIT_HOOK_ERROR
 from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report
 from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
+from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 
 JOB_START_LOCK = "job-start.lock"
 
