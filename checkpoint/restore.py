@@ -26,18 +26,30 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from resilient_slurm.checkpoint import flat, layout, peers, pinned, reshard, store
+from resilient_slurm.checkpoint.durable import Durable
 from resilient_slurm.events import EventKind, EventLog, TierFallback
 
-if TYPE_CHECKING:
-    from resilient_slurm.checkpoint.tiers import Tiers
-
 Key = tuple[int, int, int]
+
+
+class Tiers(Protocol):
+    """What a load reads of :class:`resilient_slurm.checkpoint.tiers.Tiers` (which calls
+    :func:`load` with itself), and the ``last_load`` it writes back."""
+
+    rank: int
+    world: int
+    group: dist.ProcessGroup
+    job_dir: str
+    reshard_max_bytes: int | None
+    durable: Durable | None
+    last_load: dict[str, Any]
+
 REJECTED = "REJECTED"
 
 

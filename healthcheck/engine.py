@@ -40,7 +40,7 @@ from .sysfs import nvidia_pci_devices, read_rdma
 from .xid_history import AppXidHistory
 
 if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the engine
-    from .seams import Seams
+    from .seam_value import Seams
 
 # Derived from the declarations beside each evaluator (registry.declare): check -> (gatherer,
 # NVML fields it needs), and the checks of each set in declaration order.

@@ -3,8 +3,9 @@
 :func:`seams_for` is the only place that chooses between this machine and a scenario
 (``--simulate`` or ``health.simulate``). The places that set a run up call it (the CLI's
 ``check`` and ``genconf``, the hooks through :func:`check_node`, the prolog's kernel-log
-position through :func:`klog_for`); the engine takes the :class:`Seams` it returns and never
-imports the scenario code or the fakes. The real branch imports neither either: the scenario
+position through :func:`klog_for`); the engine takes the :class:`Seams` it returns (the value:
+``seam_value.py``, which the engine reads without importing this module) and never imports
+the scenario code or the fakes. The real branch imports neither either: the scenario
 module is imported only when a scenario is named.
 """
 
@@ -13,15 +14,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.config import Config
 
 from .kernlog import JournalSource, KernelLogSource, LogRead, real_source, safe_read
+from .seam_value import Seams
 
 if TYPE_CHECKING:
-    from .gpu import GpuBackend
     from .model import Report
     from .simulate import Scenario
 
@@ -29,28 +29,6 @@ if TYPE_CHECKING:
 def default_node() -> str:
     """``$SLURMD_NODENAME``, else the short host name."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-@dataclass
-class Seams:
-    """Where this run meets the hardware (real or simulated), and the config it runs with.
-
-    ``config``: the caller's, with a scenario's ``[site.health]`` applied (the site settings it
-    was recorded with). ``profile``: the scenario's profile hint ("" for real hardware).
-    ``setup_error``: the seams could not be prepared (e.g. no space for a scenario's sysfs
-    tree): nothing vouches, every check is ``unknown``.
-    """
-
-    config: Config
-    gpu: GpuBackend
-    klog: KernelLogSource
-    sysfs_root: str
-    tool_path: str
-    state_dir: str | None
-    simulated: bool = False
-    profile: str = ""
-    klog_gap: KernelLogSource | None = None  # where lines lost to a ring wrap are read back
-    setup_error: str = ""
 
 
 def _scenario(config: Config, node: str, simulate: str | None) -> Scenario | None:

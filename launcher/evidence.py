@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import EventKind, EventLog, VerdictUnread
@@ -23,8 +23,17 @@ from resilient_slurm.launcher import blame, plan
 from resilient_slurm.slurm import Node, SlurmBackend, SlurmError
 from resilient_slurm.status import FAIL
 
-if TYPE_CHECKING:
-    from resilient_slurm.launcher.settings import Settings
+
+class EvidenceSettings(Protocol):
+    """What the evidence reads of the supervisor's settings (``launcher/settings.py``'s
+    ``Settings``, which imports the exclusions, which import this module)."""
+
+    verdict_path: str
+    verdict_max_age: float
+    health_timeout: float
+    verdict_wait: float
+    max_strikes: int
+    max_blame_share: float
 
 
 def node_addresses(slurm: SlurmBackend, nodes: Sequence[str]) -> dict[str, str]:
@@ -180,7 +189,7 @@ def _why_unread(rec: Mapping[str, Any] | None, pattern: str, node: str) -> str:
     return f"{path}: not a verdict (exit {rec.get('rc')})"
 
 
-def reader(cfg: Settings, nodes: Sequence[str], since: float, job_id: int,
+def reader(cfg: EvidenceSettings, nodes: Sequence[str], since: float, job_id: int,
            env: Mapping[str, str], out_dir: str, unread: dict[str, str] | None = None
            ) -> Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None:
     """The published verdicts of ``nodes`` (:func:`verdicts`) as ``read(after)``: those taken
@@ -198,7 +207,7 @@ def reader(cfg: Settings, nodes: Sequence[str], since: float, job_id: int,
 
 def assess(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
            read: Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None,
-           cfg: Settings, strikes: Mapping[str, int], slow: Mapping[str, str],
+           cfg: EvidenceSettings, strikes: Mapping[str, int], slow: Mapping[str, str],
            lost: Mapping[str, str] | None = None
            ) -> tuple[blame.Decision, list[blame.NodeEvidence]]:
     """Gather the evidence and judge it (:func:`blame.decide`); when that blames nobody, wait
