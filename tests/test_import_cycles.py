@@ -1,20 +1,30 @@
-"""No import cycle among first-party modules.
+"""No import cycle among first-party modules, and the layer table of docs/architecture.md is
+the import graph between folders.
 
 The graph is read from the source with the stdlib's ``ast`` (nothing is imported): each file
 under a folder of ``[tool.setuptools] package-dir`` in pyproject.toml is the module that mapping
 names (``launcher/plan.py`` is ``resilient_slurm.launcher.plan``), and ``bench/*.py`` are the
 top-level modules the benchmark scripts import each other as (``from render import ...``).
 
-Counted: every ``import`` / ``from ... import`` anywhere in a file, function-level ones
-included (a local import that closes a loop is still a loop a reader follows; only its timing
-differs). Not counted: imports under ``if TYPE_CHECKING:`` (never run) and the implicit import of
-a module's parent packages. ``from pkg import name`` is an edge to ``pkg.name`` when that is a
+Counted: every ``import`` / ``from ... import`` anywhere in a file, function-level ones and
+those under ``if TYPE_CHECKING:`` included (a local import that closes a loop is still a loop a
+reader follows, and a type-only one still ties the two modules' meaning together; only the
+timing differs). Not counted: dynamic ``importlib`` imports and the implicit import of a
+module's parent packages. ``from pkg import name`` is an edge to ``pkg.name`` when that is a
 module, else to ``pkg``.
+
+The layer table ("The folders as layers"): each row's folders (the backquoted ``name/`` of its
+second column) form a layer; its "imports" column names the layers its modules import
+(``base`` for ``resilient_slurm/``, a folder's name for the others; the third-party names in
+:data:`OUTSIDE` and parenthesised remarks are read past; "every layer" / "everything": no
+constraint). The layers the graph shows a row's modules importing must be exactly those it
+names, each in a row above it, and every module must fall in a row.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,22 +61,11 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
-def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, except in ``if TYPE_CHECKING:`` bodies."""
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
+    """Every import statement, at any depth (``if TYPE_CHECKING:`` bodies included)."""
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def edges(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -162,14 +161,127 @@ def test_the_graph_sees_each_spelling(tmp_path: Path) -> None:
     (tmp_path / "core" / "a.py").write_text("from pkg.sub import b\n")
     (tmp_path / "sub" / "__init__.py").write_text("from . import b\n")
     (tmp_path / "sub" / "b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
         "def f():\n    from ..sub import c\n")
     (tmp_path / "sub" / "c.py").write_text("import pkg.a.name\n")
+    (tmp_path / "sub" / "d.py").write_text(  # a type-only import: an edge, and here a cycle
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub import e\n")
+    (tmp_path / "sub" / "e.py").write_text("from . import d\n")
     (tmp_path / "bench" / "x.py").write_text("def f():\n    from y import z\n")
     (tmp_path / "bench" / "y.py").write_text("import x\n")
     g = graph(tmp_path)
     assert g["pkg.a"] == {"pkg.sub.b"}
     assert g["pkg.sub"] == {"pkg.sub.b"}
-    assert g["pkg.sub.b"] == {"pkg.sub.c"}  # the TYPE_CHECKING import is not an edge
+    assert g["pkg.sub.b"] == {"pkg.sub.c"}
     assert g["pkg.sub.c"] == {"pkg.a"}
-    assert sorted(map(sorted, cycles(g))) == [["pkg.a", "pkg.sub.b", "pkg.sub.c"], ["x", "y"]]
+    assert g["pkg.sub.d"] == {"pkg.sub.e"}  # under `if TYPE_CHECKING:`
+    assert sorted(map(sorted, cycles(g))) == [["pkg.a", "pkg.sub.b", "pkg.sub.c"],
+                                              ["pkg.sub.d", "pkg.sub.e"], ["x", "y"]]
+
+
+# --- the layer table --------------------------------------------------------------------------
+
+# What an "imports" cell may name besides the layers: outside the repository, not checked.
+OUTSIDE = frozenset({"the standard library", "click", "torch", "NVRx"})
+UNCONSTRAINED = frozenset({"every layer", "everything"})
+# A layer's imports of a layer below it, allowed by (row, name in its "imports" cell); the
+# table's introduction says why. Each must still be needed (the list only shrinks).
+UPWARD = frozenset({("base", "healthcheck")})  # HealthConfig, the type of Config.health
+
+
+def layer_table(text: str) -> list[tuple[str, list[str], set[str] | None]]:
+    """(layer, its folders, the layers it names as imported; None: unconstrained), per row of
+    the table under "## The folders as layers", in order. A name is ``base`` or a folder's."""
+    section = text.split("## The folders as layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines()
+            if line.startswith("|")]
+    out: list[tuple[str, list[str], set[str] | None]] = []
+    for cells in rows[2:]:  # past the header and its rule
+        layer, folders, imports = cells[0].strip(), cells[1], cells[-1]
+        named = {n.strip() for n in re.sub(r"\([^)]*\)", "", imports).split(",")} - {""}
+        out.append((layer, re.findall(r"`([\w/]+/)`", folders),
+                    None if named & UNCONSTRAINED else named - OUTSIDE))
+    return out
+
+
+def _layer_of(path: Path, folders: dict[str, str], root: Path) -> str | None:
+    """The layer whose folder holds ``path`` (the deepest such folder)."""
+    rel = path.relative_to(root).as_posix()
+    best = max((f for f in folders if rel.startswith(f)), key=len, default=None)
+    return folders[best] if best else None
+
+
+def layer_problems(root: Path = ROOT, doc: str = "docs/architecture.md",
+                   upward: frozenset[tuple[str, str]] = UPWARD) -> list[str]:
+    """Where the layer table and the import graph between its layers disagree."""
+    table = layer_table((root / doc).read_text())
+    folders = {f: layer for layer, fs, _ in table for f in fs}
+    name_of = {f.rstrip("/"): layer for f, layer in folders.items()}
+    name_of["base"] = folders.get("resilient_slurm/", "base")
+    modules = module_files(root)
+    g = {name: edges(name, path, modules) for name, path in modules.items()}
+    problems: list[str] = []
+    layer_of: dict[str, str] = {}
+    for name, path in modules.items():
+        found = _layer_of(path, folders, root)
+        if found is None:
+            problems.append(f"{path.relative_to(root)}: in no row of the layer table")
+        else:
+            layer_of[name] = found
+    uses: dict[str, set[str]] = {layer: set() for layer, _, _ in table}
+    for name, targets in g.items():
+        for target in targets:
+            if name in layer_of and target in layer_of and layer_of[name] != layer_of[target]:
+                uses[layer_of[name]].add(layer_of[target])
+    above: set[str] = set()
+    for layer, _, named in table:
+        if named is not None:
+            unknown = sorted(n for n in named if n not in name_of)
+            if unknown:
+                problems.append(f"{layer}: imports names no layer: {unknown}")
+            declared = {name_of[n] for n in named if n in name_of}
+            if declared != uses[layer]:
+                problems.append(f"{layer}: the table says it imports {sorted(declared)}, "
+                                f"it imports {sorted(uses[layer])}")
+            allowed = {name_of[n] for r, n in upward if r == layer and n in name_of}
+            if declared - above - allowed:
+                problems.append(f"{layer}: imports layers not above it in the table: "
+                                f"{sorted(declared - above - allowed)}")
+            if allowed - uses[layer]:
+                problems.append(f"{layer}: no longer imports {sorted(allowed - uses[layer])}: "
+                                "delete it from UPWARD")
+        above.add(layer)
+    return problems
+
+
+def test_the_layer_table_is_the_import_graph() -> None:
+    assert layer_problems() == []
+
+
+def test_the_layer_table_check_sees_each_disagreement(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { "pkg" = "pkg", "pkg.low" = "low", '
+        '"pkg.high" = "high", "pkg.lost" = "lost" }\n')
+    for folder in ("pkg", "low", "high", "lost", "bench"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "low" / "a.py").write_text("from pkg.high import b\n")  # upward
+    (tmp_path / "high" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg\n")
+    (tmp_path / "lost" / "c.py").write_text("")
+    (tmp_path / "doc.md").write_text(
+        "# A\n\n## The folders as layers\n\n| layer | folder | what | imports |\n"
+        "|---|---|---|---|\n"
+        "| base | `pkg/` (`pkg`) | x | the standard library |\n"
+        "| low | `low/` | x | high |\n"
+        "| high | `high/` | x | low (a remark, with a comma), torch, heigh |\n"
+        "| outside | `bench/` | x | everything |\n\n## Next\n")
+    assert sorted(layer_problems(tmp_path, "doc.md")) == [
+        "high: imports names no layer: ['heigh']",
+        "high: the table says it imports ['low'], it imports ['base']",  # TYPE_CHECKING counts
+        "lost/c.py: in no row of the layer table",
+        "low: imports layers not above it in the table: ['high']",
+    ]
+    allowed = layer_problems(tmp_path, "doc.md", upward=frozenset({("low", "high")}))
+    assert not any(p.startswith("low: imports layers not above") for p in allowed)
+    unused = layer_problems(tmp_path, "doc.md", upward=frozenset({("high", "low")}))
+    assert "high: no longer imports ['low']: delete it from UPWARD" in unused
