@@ -289,9 +289,9 @@ class Supervisor:
             if t.why and self.proc.poll() is None:
                 self.log.emit(EventKind.STOP_CYCLE, **events.StopCycle(reason=t.why))
                 self._stop_step(record_dir, t.why)
-                self.config_error = w.config_error()
+                self.config_error = w.finish()
                 return t.why
-        self.config_error = w.config_error()
+        self.config_error = w.finish()
         return ""
 
     def _stop_step(self, record_dir: str, why: str) -> None:

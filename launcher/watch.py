@@ -101,10 +101,17 @@ class CycleWatch:
         return Tick(why or (evacuate.reason(move) if move else ""), step_signal, stop,
                     move or None)
 
-    def config_error(self) -> str:
-        """The configuration error the training reported this cycle ("": none), after one
-        last read of the events (the step may have ended before a tick saw it)."""
-        return config_error(self.tail.read())
+    def finish(self) -> str:
+        """One last read of the events once the step ended (it may have ended before a tick
+        saw them): the job log gets their lines, and any fault line still waiting for its
+        recovery is written now. The configuration error the training reported this cycle
+        ("": none). Bounded as every read here: a read still running from a tick is
+        waited for first, then one fresh read."""
+        events = self._read(fallback=self.tail.events)
+        events = self._read(fallback=events)
+        self.log.watch(events, self.since, self.tail.last_step)
+        self.log.flush()
+        return config_error(events)
 
     def _node_fault(self) -> str:
         """Why a node fault stops the step now ("" if none): ``nodewatch``'s finding, less

@@ -53,7 +53,12 @@ def test_removed_interpreter_drains_the_node_and_the_staleness_alert_fires(
     wait_until(lambda: all(prom.query(stack, f'resilient_hook_last_success_timestamp_seconds'
                                              f'{{node="{n}",source="health"}} > {first}')
                            for n in ("node1", "node2", "node3")), timeout=8 * INTERVAL)
-    assert prom.query(stack, "resilient:health_interval:seconds")[0]["value"][1] == str(INTERVAL)
+    # the recording rule has its own evaluation interval: it follows the scrapes
+    wait_until(lambda: len(prom.query(stack, "resilient:health_interval:seconds")) == 3,
+               timeout=8 * INTERVAL)
+    intervals = {r["metric"]["node"]: r["value"][1]
+                 for r in prom.query(stack, "resilient:health_interval:seconds")}
+    assert intervals == {n: str(INTERVAL) for n in ("node1", "node2", "node3")}, intervals
     os.unlink(os.path.join(paths.node_dir(BROKEN), "venv"))  # node2's interpreter is gone
     broken_at = time.time()
     try:

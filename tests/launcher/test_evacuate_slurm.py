@@ -104,15 +104,19 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
             (victim, "spare")]
         last = launch_helpers.kinds(state, "cycle_start")[-1]["nodes"]
         assert len(last) == 3 and spare in last and victim not in last, last
-        # 0 lost steps: every rank resumes at the last step rank 0 finished before the stop
+        # 0 lost steps: every rank resumes at the last step rank 0 finished before it stopped
         stop_ts = stops[0]["ts"]
         print(f"evacuation: precursor injected to the step's stop {stop_ts - injected:.1f} s")
         done = [int(st) for st, t in STEP.findall(log) if float(t) <= stop_ts]
         assert max(done) < STEPS, "the training ended before the step was stopped"
         again = [x for x in _starts(log) if x[1] > 0]
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
-        assert {st for _, st, *_ in again} == {max(done)}, (again, max(done))
-        assert max(done) >= AT_STEP
+        # a step may finish while the stop is on its way (0.3 s steps): the resume counts
+        # from the last step rank 0 finished before the new cycle's first start
+        restarted = min(t for *_, t, _n in again)
+        before = max(int(st) for st, t in STEP.findall(log) if float(t) < restarted)
+        assert {st for _, st, *_ in again} == {before}, (again, before)
+        assert before >= max(done) >= AT_STEP
         assert tier_helpers.digest(log) == reference
         # the node ends drained for repair, by the hooks, once the job left it
         wait_until(lambda: s.node(victim).drain, 60)

@@ -4,6 +4,7 @@ recovery time, one per blame, exclusion, stop; from the node shims' real NVRx ou
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,41 @@ def test_instrumented_hang_line_as_the_report_has_it(tmp_path: Path) -> None:
         "at step 42 -> in-job restart 1/3, resumed in 21.5 s from step 40; lost steps 2"]
     assert report.build([*ev, {"kind": "progress", "source": "training", "ts": 49.0,
                                "step": 42}]).faults[0].recovery_s == 21.5
+
+
+def test_the_steps_end_writes_the_lines_a_tick_did_not_see(tmp_path: Path) -> None:
+    """The step ended between two ticks (its last restart's resume not seen yet):
+    ``CycleWatch.finish`` reads the events once more and writes the fault's line, the
+    recovery included when the events hold it; nothing waits for a tick that never comes."""
+    from resilient_slurm.launcher import nodewatch, watch
+
+    path = tmp_path / "node-events.jsonl"
+    path.write_text("")
+    log, out = log_in(tmp_path)
+    log.wait_for_resume = True
+    w = watch.CycleWatch(None, log, ["node1"], 0.0, str(path), "",  # type: ignore[arg-type]
+                         nodewatch.Settings(), 3600.0, 3)
+    fault = {"kind": "worker_failed", "ts": 10.0, "node": "node1", "local_rank": 0,
+             "exitcode": -9, "signal": "SIGKILL"}
+    rdzv = [{"kind": "rendezvous", "ts": 1.0, "node": "node1", "round": 0}, fault,
+            {"kind": "rendezvous", "ts": 12.0, "node": "node1", "round": 1}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in rdzv))
+    w.log.watch(w.tail.read(), w.since, None)  # the last tick: the restart, no resume yet
+    assert out.getvalue() == ""
+    with path.open("a") as fh:  # the resume, written after that tick; then the step ended
+        fh.write(json.dumps({"kind": "first_heartbeat", "ts": 15.5, "node": "node1",
+                             "rank": 0}) + "\n")
+    assert w.finish() == ""
+    assert out.getvalue().splitlines() == [
+        "resilient-launch: fault node1 local rank 0 SIGKILL -> in-job restart 1/3, "
+        "resumed in 5.5 s"]
+    # a restart whose resume never came still gets its line when the step ends
+    (tmp_path / "b").mkdir()
+    log2, out2 = log_in(tmp_path / "b")
+    log2.wait_for_resume = True
+    path.write_text("".join(json.dumps(e) + "\n" for e in rdzv))
+    w2 = watch.CycleWatch(None, log2, ["node1"], 0.0, str(path), "",  # type: ignore[arg-type]
+                          nodewatch.Settings(), 3600.0, 3)
+    assert w2.finish() == ""
+    assert out2.getvalue().splitlines() == [
+        "resilient-launch: fault node1 local rank 0 SIGKILL -> in-job restart 1/3"]
