@@ -322,7 +322,7 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
             rec = float(events[j]["ts"]) - ts if j is not None else None
             det = float(events[found]["ts"]) - ts if found is not None else None
             rdv = float(events[rdzv]["ts"]) - ts if rdzv is not None else None
-            resumed = events[j].get("step") if j is not None else None
+            resumed = _resumed_step(events, j)
             lost = max((high or 0) - int(resumed), 0) if isinstance(resumed, int) \
                 and high is not None else None
             step = e.get("step")
@@ -337,6 +337,18 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
     rep.productive_s, rep.final_step = g.productive_s, g.final_step
     rep.productive_basis = g.basis
     return rep
+
+
+def _resumed_step(events: list[dict[str, Any]], j: int | None) -> int | None:
+    """The step of the training's first resume from ``events[j]`` (the recovery; NVRx's first
+    heartbeat may come before it) on, before any other fault."""
+    for e in events[j:] if j is not None else ():
+        if _training_resume(e):
+            step = e.get("step")
+            return step if isinstance(step, int) else None
+        if e is not events[j] and is_fault_event(e):
+            return None
+    return None
 
 
 def _s(x: float | None, unknown: str = "unknown") -> str:

@@ -212,6 +212,9 @@ def slurm(sandbox: Paths):
     return connect(conf=sandbox.conf, backend="cli", timeout=10)
 
 
+SETTLE_S = 2.0  # how long every node must stay idle and undrained before a test starts
+
+
 def make_healthy_idle(sbx, s, timeout: float) -> None:
     """Every node of ``sbx`` with healthy simulated hardware, resumed, and (within ``timeout``)
     IDLE with no flag."""
@@ -219,11 +222,26 @@ def make_healthy_idle(sbx, s, timeout: float) -> None:
 
     for n in s.nodes():
         install_scenario(sbx.node_dir(n.name), "clear")
-        if n.drain or not n.available:
-            s.resume(n.name)
+    # A health program run that read the old hardware before the scenario changed may still
+    # drain its node after a resume: resume again until every node stayed idle for SETTLE_S.
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(
-            n.state == "IDLE" and not n.flags for n in s.nodes()):
+    since: float | None = None
+    while True:
+        nodes = s.nodes()
+        for n in nodes:
+            if n.drain or not n.available:
+                s.resume(n.name)
+        now = time.monotonic()
+        if all(n.state == "IDLE" and not n.flags for n in nodes):
+            since = now if since is None else since
+            if now - since >= SETTLE_S:
+                return
+        else:
+            since = None
+        if now >= deadline:
+            raise AssertionError("the sandbox's nodes did not all settle healthy and idle "
+                                 f"within {timeout:g} s: "
+                                 + "; ".join(n.describe() for n in nodes))
         time.sleep(0.3)
 
 

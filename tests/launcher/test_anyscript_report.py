@@ -161,3 +161,24 @@ def test_a_hang_report_behind_an_exception_is_no_hang() -> None:
     (row,) = report.build(events).faults
     assert (row.handled_by, row.detected_s, row.recovery_s) == (
         "in-job restart (ft_launcher)", None, 15.0)
+
+
+def test_lost_steps_from_the_resume_that_follows_the_first_heartbeat() -> None:
+    """An unchanged framework script (instrumented: steps and resumes, no fault of its own):
+    a SIGKILL at step 13, NVRx's first heartbeat 0.5 s before the training says it resumed
+    from step 10. The recovery is the first heartbeat; the lost steps come from the resume."""
+    tr = {"source": "training", "node": "node2", "rank": 0}
+    events = [
+        ev(0, "launch_start"), ev(0.1, "cycle_start", cycle=1),
+        nd(2.0, "rendezvous", round=0, group_rank=0, world=2),
+        {**tr, "ts": 5.0, "kind": "resume", "step": 0},
+        *({**tr, "ts": 5.0 + s, "kind": "progress", "step": s} for s in range(1, 14)),
+        nd(20.0, "worker_failed", local_rank=0, exitcode=-9, signal="SIGKILL", pid=6),
+        nd(21.0, "worker_restart", state="FAILED", attempts_left=3),
+        nd(22.0, "rendezvous", round=1, group_rank=0, world=2),
+        nd(30.0, "first_heartbeat", rank=1),
+        {**tr, "ts": 30.5, "kind": "resume", "step": 10},
+        {**tr, "ts": 31.5, "kind": "progress", "step": 11},
+        ev(40, "cycle_end", cycle=1, rc=0), ev(40.1, "verdict", verdict="completed", exit_code=0)]
+    (f,) = report.build(events).faults
+    assert (f.what, f.step, f.recovery_s, f.lost_steps) == ("SIGKILL", 13, 10.0, 3), f

@@ -136,7 +136,11 @@ def test_a_configuration_error_fails_the_job_at_once_with_its_message(clean, slu
     assert (job.state, job.exit_code, job.restart_count) == ("FAILED", 2, 0), log[-4000:]
     (verdict,) = kinds(state, "verdict")
     assert (verdict["verdict"], verdict["exit_code"]) == ("config-error", 2), verdict
-    assert "is also node" in verdict["message"] and "{node}" in verdict["message"], verdict
+    # the first report wins: the rank that found another node's stamp ("... is also node X's
+    # ...") or one that saw that a peer reported it ("another rank's node memory folder ...")
+    assert "RESILIENT_TIER1_DIR a {node}" in verdict["message"], verdict
+    assert ("is also node" in verdict["message"]
+            or "another rank's node memory folder is shared" in verdict["message"]), verdict
     assert "resilient-launch: config-error: " in log and "(exit 2)" in log, log[-3000:]
     assert len(kinds(state, "cycle_start")) == 1 and not kinds(state, "requeue")
     assert not kinds(state, "blame"), "nothing to blame: the job ends on the error"
