@@ -342,11 +342,11 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
 def _resumed_step(events: list[dict[str, Any]], j: int | None) -> int | None:
     """The step of the training's first resume from ``events[j]`` (the recovery; NVRx's first
     heartbeat may come before it) on, before any other fault."""
-    for e in events[j:] if j is not None else ():
+    for k, e in enumerate(events[j:] if j is not None else ()):
         if _training_resume(e):
             step = e.get("step")
             return step if isinstance(step, int) else None
-        if e is not events[j] and is_fault_event(e):
+        if k and is_fault_event(e):
             return None
     return None
 
