@@ -111,11 +111,13 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         assert max(done) < STEPS, "the training ended before the step was stopped"
         again = [x for x in _starts(log) if x[1] > 0]
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
-        # a step may finish while the stop is on its way (0.3 s steps): the resume counts
-        # from the last step rank 0 finished before the new cycle's first start
+        # a step may finish while the stop is on its way (0.3 s steps): every rank resumes at
+        # the last step rank 0 printed before the new cycle, or at the one after it, whose
+        # snapshot was taken when the stop came before its line was printed
         restarted = min(t for *_, t, _n in again)
         before = max(int(st) for st, t in STEP.findall(log) if float(t) < restarted)
-        assert {st for _, st, *_ in again} == {before}, (again, before)
+        (resumed,) = {st for _, st, *_ in again}
+        assert before <= resumed <= before + 1, (again, before)
         assert before >= max(done) >= AT_STEP
         assert tier_helpers.digest(log) == reference
         # the node ends drained for repair, by the hooks, once the job left it
