@@ -30,6 +30,7 @@ from resilient_slurm.launcher.launch_env import launch_options, script_checkpoin
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
+from resilient_slurm.training.inprocess_timeouts import NVRX_DEFAULTS as NVRX_L0
 
 
 def _exit_codes() -> str:
@@ -209,6 +210,12 @@ class TorchrunCommand(click.Command):
               help="In-process restart (level 0) under ft_launcher's min-healthy policy "
                    "(level 1): hosts the ranks' store here; the script must support it "
                    "(train_fsdp.py --inprocess, or resilient_slurm.training.inprocess). "
+                   "Level 0's timeouts are NVRx's own (soft "
+                   f"{NVRX_L0['soft_timeout']:g} s, hard {NVRX_L0['hard_timeout']:g} s) unless "
+                   "the job "
+                   "sets RESILIENT_INPROCESS_SOFT_TIMEOUT, _HARD_TIMEOUT, _HEARTBEAT_TIMEOUT, "
+                   "_BARRIER_TIMEOUT, _COMPLETION_TIMEOUT; the heartbeat timeouts here must "
+                   "exceed the hard one by 10 s. "
                    "Built on a deprecated API: NVRx 0.6's release notes deprecate in-process "
                    "restart (to be removed; their migration: in-job restart via ft_launcher), "
                    "so it runs on NVRx < 0.6 only. On current NVRx the fast path is in-job "
@@ -296,7 +303,8 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         from resilient_slurm.launcher import inprocess_plan
 
         try:
-            opts = inprocess_plan.configure(opts, features, cfg.min_nodes, len(alloc.nodes))
+            opts = inprocess_plan.configure(opts, features, cfg.min_nodes, len(alloc.nodes),
+                                           env)
             if not dry_run:
                 store = inprocess_plan.StoreHost()
                 store.start()

@@ -29,13 +29,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.nccl_requirements import NCCL_ENV
 
 if TYPE_CHECKING:
     from resilient_slurm.launcher.plan import Features, LaunchOptions
 
 MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
-DEFAULT_HARD_TIMEOUT = 20.0  # train_fsdp.py --hard-timeout default
 
 
 class InprocessPlanError(ValueError):
@@ -55,14 +55,34 @@ def level1_span(features: Features, min_nodes: int, nnodes: int) -> str:
             "spares, which is what MIN:MAX means from NVRx 0.6)")
 
 
-INPROCESS_HEARTBEAT_TIMEOUT = 60.0  # --inprocess without the user's: level 2's wait
-INPROCESS_INITIAL_HEARTBEAT_TIMEOUT = 300.0
+def level0_timeouts(env: Mapping[str, str]) -> tuple[dict[str, float], bool]:
+    """Level 0's Wrapper timeouts as the ranks will have them (the job's
+    ``RESILIENT_INPROCESS_*_TIMEOUT``, else NVRx's own) and whether the hard one is the
+    user's; InprocessPlanError for a bad value or order."""
+    try:
+        given = ip_timeouts.from_env(env)
+        values = ip_timeouts.effective(given, ip_timeouts.NVRX_DEFAULTS)
+        ip_timeouts.check(values)
+    except ValueError as exc:
+        raise InprocessPlanError(f"level 0's timeouts: {exc}") from exc
+    return values, "hard_timeout" in given
+
+
+def level0_grace(opts: LaunchOptions, env: Mapping[str, str]) -> float:
+    """How long level 2 leaves a bad node to level 0 (``launcher/level0.py``): level 0's own
+    bound (its hard or heartbeat timeout, the longer, plus the margin), never longer than
+    level 1's heartbeat timeout (by then level 1 acts anyway)."""
+    values, _ = level0_timeouts(env)
+    bound = max(values["hard_timeout"], values["heartbeat_timeout"]) + MIN_HEARTBEAT_MARGIN
+    return min(opts.heartbeat_s, bound)
 
 
 def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: float,
             initial_heartbeat_timeout: float,
-            hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> tuple[str, list[str]]:
-    """(the ``--nnodes`` value, extra ft_launcher flags) for level 1 under level 0."""
+            hard_timeout: float = ip_timeouts.NVRX_DEFAULTS["hard_timeout"],
+            hard_is_users: bool = False) -> tuple[str, list[str]]:
+    """(the ``--nnodes`` value, extra ft_launcher flags) for level 1 under level 0, whose hard
+    timeout is ``hard_timeout`` (the user's when ``hard_is_users``, else NVRx's own)."""
     if "min-healthy" not in features.restart_policies:
         have = ", ".join(sorted(features.restart_policies)) or "no --ft-restart-policy"
         raise InprocessPlanError(
@@ -79,10 +99,12 @@ def ft_args(features: Features, min_nodes: int, nnodes: int, heartbeat_timeout: 
     for name, value in (("--heartbeat-timeout", heartbeat_timeout),
                         ("--initial-heartbeat-timeout", initial_heartbeat_timeout)):
         if value < need:
+            source = (f"${ip_timeouts.env_name('hard_timeout')}" if hard_is_users else
+                      f"NVRx's own; set ${ip_timeouts.env_name('hard_timeout')} for yours")
             raise InprocessPlanError(
                 f"{name} {value:g} s must exceed the in-process hard timeout "
-                f"({hard_timeout:g} s) by {MIN_HEARTBEAT_MARGIN:g} s: level 1 would restart "
-                "what level 0 is still handling")
+                f"({hard_timeout:g} s, {source}) by {MIN_HEARTBEAT_MARGIN:g} s: level 1 would "
+                "restart what level 0 is still handling")
     return f"{min_nodes}:{nnodes}", ["--ft-restart-policy=min-healthy"]
 
 
@@ -104,17 +126,13 @@ def worker_env(store_addr: str, min_nodes: int, nproc_per_node: str,
 
 
 def configure(opts: LaunchOptions, features: Features, min_nodes: int, nnodes: int,
-              hard_timeout: float = DEFAULT_HARD_TIMEOUT) -> LaunchOptions:
+              env: Mapping[str, str]) -> LaunchOptions:
     """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be), from
-    the installed ft_launcher's detected (cached) features."""
-    # level 2 (heartbeats) must wait for level 0 but not for NVRx's 45 minutes: the
-    # in-process defaults stay bounded unless the user chose
-    opts = dataclasses.replace(
-        opts, heartbeat_timeout=opts.heartbeat_timeout or INPROCESS_HEARTBEAT_TIMEOUT,
-        initial_heartbeat_timeout=opts.initial_heartbeat_timeout
-        or INPROCESS_INITIAL_HEARTBEAT_TIMEOUT)
+    the installed ft_launcher's detected (cached) features and level 0's timeouts in the
+    job's environment ``env``. Level 1's heartbeat timeouts stay the user's or NVRx's own."""
+    values, users = level0_timeouts(env)
     span, extra = ft_args(features, min_nodes, nnodes, opts.heartbeat_s,
-                          opts.initial_heartbeat_s, hard_timeout)
+                          opts.initial_heartbeat_s, values["hard_timeout"], users)
     given = {a.split("=", 1)[0] for a in opts.ft_args}
     extra = [a for a in extra if a.split("=", 1)[0] not in given]
     return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args),

@@ -14,7 +14,8 @@ would throw that recovery away for a relaunch that costs tens of seconds. So, un
 * a bad node that level 0 had left out and that a level 1 restart (ft_launcher starts fresh
   workers on every node of the step) brought back stops the step at once;
 * a bad node level 0 has not left out stops the step once ``grace_s`` has passed since it was
-  first seen bad (the heartbeat timeout: by then level 1 would act anyway), so a fault that
+  first seen bad (``inprocess_plan.level0_grace``: level 0's own bound, at most level 1's
+  heartbeat timeout), so a fault that
   level 0 cannot see (a node whose ranks live on but cannot make progress) still ends in level
   2's blame and exclusion.
 

@@ -26,6 +26,7 @@ from resilient_slurm.launcher import (
     evacuate,
     evidence,
     exclusions,
+    inprocess_plan,
     job_metrics,
     joblog,
     ledger,
@@ -82,8 +83,9 @@ class Supervisor:
         # Slurm until that node is DOWN, holding its CPUs: later cycles run with --overlap.
         self.lingering = False
         # --inprocess (ft_launcher's --nnodes MIN:N set by inprocess_plan): level 0 may leave
-        # a bad node out itself; the heartbeat timeout is how long level 2 waits for it.
-        self.level0 = level0.Level0Grace(opts.heartbeat_s) if opts.min_nnodes else None
+        # a bad node out itself; level 2 waits for it as long as level 0's own bound.
+        self.level0 = level0.Level0Grace(inprocess_plan.level0_grace(opts, env)) \
+            if opts.min_nnodes else None
         self.standby: list[str] = []  # --spares: idle nodes a blamed node may be swapped for
         self.config_error = ""  # the training's configuration error (fatal.py): ends the job
         self.evacuating: dict[str, tuple[str, ...]] = {}  # nodes this cycle stopped to leave

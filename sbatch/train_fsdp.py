@@ -56,6 +56,7 @@ from resilient_slurm.sbatch.train_common import (
     shutdown,
 )
 from resilient_slurm.training import fsdp_state, memory_tiers, ordered_reduce
+from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import (
     FaultConfigError,
@@ -130,10 +131,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --inprocess: 1 (default) keeps a copy of every snapshot on the "
                    "peer node (memory tier 2), 0 none (a lost rank's state then comes from "
                    "disk)")
-    p.add_argument("--soft-timeout", type=float, default=4.0,
-                   help="with --inprocess: seconds without progress before a restart")
-    p.add_argument("--hard-timeout", type=float, default=20.0,
-                   help="with --inprocess: seconds without progress before a rank is killed")
+    for name in ("soft_timeout", "hard_timeout"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=None, metavar="S",
+                       help=f"with --inprocess: {ip_timeouts.MEANING[name]} [default: "
+                            f"${ip_timeouts.env_name(name)}, else NVRx's own, "
+                            f"{ip_timeouts.NVRX_DEFAULTS[name]:g} s in NVRx 0.4.1-0.7]")
+    p.epilog = ("With --inprocess, NVRx's Wrapper timeouts are NVRx's own unless set: "
+                + ", ".join(f"${ip_timeouts.env_name(n)} [{ip_timeouts.NVRX_DEFAULTS[n]:g} s]"
+                            for n in ip_timeouts.NAMES)
+                + " (seconds; resilient-launch --inprocess checks its heartbeat timeouts "
+                  "against the hard one). The flags above win for this script.")
     return p.parse_args(argv)
 
 

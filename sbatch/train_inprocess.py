@@ -47,6 +47,7 @@ from resilient_slurm.sbatch.train_common import (
     set_rng_state,
 )
 from resilient_slurm.training import fsdp_state, inprocess, ordered_reduce
+from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.digest import tensor_digest
 from resilient_slurm.training.faults import FaultInjector, FaultOptions, Targeted
 from resilient_slurm.training.liveness import Liveness
@@ -204,6 +205,9 @@ def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
     except ValueError as exc:
         print(f"train_fsdp.py: {exc}", file=sys.stderr)
         return 2
+    if os.environ.get("RANK", "0") == "0":
+        print("[inprocess] NVRx Wrapper timeouts: " + ip_timeouts.describe(
+            settings.given_timeouts(), ip_timeouts.installed_defaults()), flush=True)
     _warm_up(args)
     liveness = Liveness()  # one NVRx heartbeat client for the process's life
     try:

@@ -33,8 +33,9 @@ What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md
   ``TCPStore`` hosted by the launcher (``resilient-inprocess-store``), under a prefix per
   launch, so the death of rank 0 does not take them down.
 * **timings**: monitor process interval 0.2 s with progress watchdog 1 s (the monitor skips
-  its timeout checks when a timestamp arrives), soft timeout 4 s (2 s caused false restarts
-  during warm-up), node loss left to the level above (NVRx's unresponsive-rank path crashes).
+  its timeout checks when a timestamp arrives). The Wrapper's timeouts (soft, hard, heartbeat,
+  barrier, completion) are NVRx's own unless set (:class:`Settings`, the environment:
+  ``training/inprocess_timeouts.py``).
 
 This module must not use ``from __future__ import annotations``: the Wrapper finds the
 ``CallWrapper`` parameter of the wrapped function by its annotation, which must be a class
@@ -57,6 +58,7 @@ from nvidia_resiliency_ext import inprocess as nvrx
 
 from resilient_slurm.checkpoint import peers
 from resilient_slurm.fatal import EXIT_CONFIG, ConfigurationError
+from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training import nccl_requirements
 from resilient_slurm.training.gloo_abort import SocketAbort, Waker
 from resilient_slurm.training.import_guard import ImportGuard
@@ -77,16 +79,17 @@ class Settings:
 
     store: str
     prefix: str = "ip"
-    soft_timeout: float = 4.0
-    hard_timeout: float = 20.0
+    # NVRx's Wrapper timeouts: None is NVRx's own default (training/inprocess_timeouts.py)
+    soft_timeout: float | None = None
+    hard_timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    barrier_timeout: float | None = None
+    completion_timeout: float | None = None
     monitor_process_interval: float = 0.2
     progress_watchdog_interval: float = 1.0
     monitor_thread_interval: float = 1.0
     last_call_wait: float = 0.1
     heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 60.0  # node loss is the level above's (heartbeats there)
-    barrier_timeout: float = 120.0
-    completion_timeout: float = 120.0
     pg_timeout: float = 60.0
     peer_every: int = 1
     min_world: int = 1
@@ -97,7 +100,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
+        """From the environment (module constants, ``RESILIENT_INPROCESS_<NAME>_TIMEOUT``);
+        ``overrides`` not None win. ValueError for a missing store or a bad value."""
         env = dict(os.environ) if env is None else env
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        for name, value in ip_timeouts.from_env(env).items():
+            overrides.setdefault(name, value)
         store = overrides.pop("store", None) or env.get(STORE_ENV)
         if not store:
             raise ValueError(f"in-process restart needs an external store: set {STORE_ENV}="
@@ -119,9 +127,15 @@ class Settings:
             raise ValueError(f"bad store address {self.store!r}: expected host:port")
         return host, int(port)
 
+    def given_timeouts(self) -> dict[str, float | None]:
+        return {n: getattr(self, n) for n in ip_timeouts.NAMES}
+
+    def timeouts(self) -> dict[str, float]:
+        """The Wrapper's timeouts in force: the ones set here, else the installed NVRx's."""
+        return ip_timeouts.effective(self.given_timeouts(), ip_timeouts.installed_defaults())
+
     def check(self) -> None:
-        if not 0 < self.soft_timeout < self.hard_timeout < self.barrier_timeout:
-            raise ValueError("need 0 < soft_timeout < hard_timeout < barrier_timeout")
+        ip_timeouts.check(self.timeouts())
         if self.peer_every not in (0, 1):
             raise ValueError("peer_every must be 0 (no peer node's copy) or 1 (a copy of "
                              "every snapshot on the peer node)")
@@ -311,7 +325,7 @@ def _initial_ranks(call: Any, first: int, end: int) -> set[int]:
 def _app_client(settings: Settings) -> torch.distributed.Store:
     host, port = settings.host_port()
     return torch.distributed.TCPStore(host, port, is_master=False,
-                                      timeout=_td(settings.barrier_timeout))
+                                      timeout=_td(settings.timeouts()["barrier_timeout"]))
 
 
 NODE_KEY = "node"  # job store: node/<initial rank> -> the node's name
@@ -342,34 +356,15 @@ def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
         monitor_process_interval=_td(settings.monitor_process_interval),
         progress_watchdog_interval=_td(settings.progress_watchdog_interval),
         heartbeat_interval=_td(settings.heartbeat_interval),
-        soft_timeout=_td(settings.soft_timeout),
-        hard_timeout=_td(settings.hard_timeout),
-        heartbeat_timeout=_td(settings.heartbeat_timeout),
-        barrier_timeout=_td(settings.barrier_timeout),
-        completion_timeout=_td(settings.completion_timeout),
+        **{n: _td(v) for n, v in settings.given_timeouts().items() if v is not None},
         last_call_wait=_td(settings.last_call_wait),
         monitor_process_logfile=settings.logfile,
         rank_assignment=settings.rank_assignment(),
     )
 
 
-class RequirementError(ValueError):
-    """NVRx's requirements for in-process restart are not met where CUDA runs."""
-
-
-def check_requirements(env: dict[str, str] | None = None) -> None:
-    """NVRx's NCCL and torch requirements (``training/nccl_requirements.py``): each one not
-    met is printed with its reason; where CUDA runs, any of them raises
-    :class:`RequirementError` (NVRx does not support in-process restart there); on a CPU
-    torch (gloo) they are reported only."""
-    found, cuda = nccl_requirements.check(dict(os.environ) if env is None else env)
-    for r in found:
-        if r.status != nccl_requirements.OK:
-            print(f"[inprocess] requirement {nccl_requirements.describe(r)}", flush=True)
-    refused = nccl_requirements.refusals(found, cuda)
-    if refused:
-        raise RequirementError("in-process restart unsupported here: " + "; ".join(
-            nccl_requirements.describe(r) for r in refused))
+RequirementError = nccl_requirements.RequirementError
+check_requirements = nccl_requirements.enforce
 
 
 def run(fn: TrainFn, settings: Settings) -> Any:

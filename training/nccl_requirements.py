@@ -16,13 +16,15 @@ SHARP's multicast objects are not released by an abort), ``TORCH_NCCL_RETHROW_CU
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from resilient_slurm.status import FAIL, OK, UNKNOWN
 
-__all__ = ["FAIL", "OK", "UNKNOWN", "Requirement", "check", "describe", "refusals"]
+__all__ = ["FAIL", "OK", "UNKNOWN", "Requirement", "RequirementError", "check", "describe",
+           "enforce", "refusals"]
 
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0"}
 MIN_NCCL = (2, 26, 2)
@@ -117,3 +119,21 @@ def refusals(found: list[Requirement], cuda: bool) -> list[Requirement]:
 def describe(r: Requirement) -> str:
     return f"{r.name}: {r.status}: {r.reason} ({r.evidence})" if r.evidence else \
         f"{r.name}: {r.status}: {r.reason}"
+
+
+class RequirementError(ValueError):
+    """NVRx's requirements for in-process restart are not met where CUDA runs."""
+
+
+def enforce(env: Mapping[str, str] | None = None) -> None:
+    """Each requirement not met is printed with its reason; where CUDA runs, any of them
+    raises :class:`RequirementError` (NVRx does not support in-process restart there); on a
+    CPU torch (gloo) they are reported only."""
+    found, cuda = check(dict(os.environ) if env is None else env)
+    for r in found:
+        if r.status != OK:
+            print(f"[inprocess] requirement {describe(r)}", flush=True)
+    refused = refusals(found, cuda)
+    if refused:
+        raise RequirementError("in-process restart unsupported here: " + "; ".join(
+            describe(r) for r in refused))
