@@ -106,9 +106,8 @@ def train_args(wl: Workload, ckpt: str, faults: bool, mech: str = "", hb: float 
     """The training's arguments: the scheduled faults as targeted ones, the node fault left
     to the harness."""
     args = wl.train_args(ckpt, faults=False)
-    if mech in LEVEL0:
-        args += ["--inprocess", "--soft-timeout", f"{hb:g}",
-                 "--hard-timeout", f"{hb + INPROCESS_HARD_EXTRA_S:g}"]
+    if mech in LEVEL0:  # level 0's timeouts: script_and_env
+        args += ["--inprocess"]
     if mech == SPARE:
         args += ["--memory-tiers"]
     if faults:
@@ -125,6 +124,7 @@ def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, s
         env.update(harness.resilient_env(hb + INPROCESS_HARD_EXTRA_S + INPROCESS_HB_MARGIN_S,
                                          min_nodes=2))
         env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
+        env.update(harness.inprocess_env(hb, hb + INPROCESS_HARD_EXTRA_S))
         if mech in SPARES:
             env["RESILIENT_LAUNCH_ARGS"] += f" --spares {SPARES[mech]}"
         return harness.FSDP_SBATCH, env, ""

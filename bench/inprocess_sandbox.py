@@ -3,7 +3,8 @@
 The issue's bounds are for ``resilient-launch --inprocess`` on the real Slurm sandbox, so this
 runs exactly that: a 3-node sandbox (``--timing``, default ``fast``), jobs of the unprivileged
 job user, ``sbatch/fsdp.sbatch`` with ``--inprocess --min-nodes 2`` around
-``train_fsdp.py --inprocess`` (soft timeout 4 s, hard 20 s), one job per fault, each fault at
+``train_fsdp.py --inprocess`` (level 0's timeouts set for the sandbox: soft 4 s, hard 20 s;
+NVRx's own are 60 / 90 s), one job per fault, each fault at
 step 7 of 16: an exception (rank 1), a hang of the main thread in a syscall (rank 2) and a
 SIGKILL of rank 0 (level 0 shrinks 3 ranks to 2 from the peer copy), after a fault-free job.
 
@@ -51,9 +52,10 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
            # the memory tiers: a folder per simulated node (they share this host's /dev/shm)
            "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}")}
     env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
-    args = ["--inprocess", "--soft-timeout", f"{SOFT:g}", "--hard-timeout", f"{HARD:g}",
-            "--steps", str(STEPS), "--checkpoint-dir", ckpt, "--checkpoint-every", "5",
-            "--threads", "1", "--log-every", "1", "--step-sleep", "0.2"]
+    env.update(harness.inprocess_env(SOFT, HARD))  # level 0's, explicit (default: NVRx's)
+    args = ["--inprocess", "--steps", str(STEPS), "--checkpoint-dir", ckpt,
+            "--checkpoint-every", "5", "--threads", "1", "--log-every", "1",
+            "--step-sleep", "0.2"]
     if fault:
         args += ["--fault", fault]
     jid = c.submit_as_user(harness.FSDP_SBATCH, args, os.path.join(d, "slurm-%j.out"), env)

@@ -37,9 +37,9 @@ def test_same_hang_timeout_for_every_mechanism() -> None:
         script, env, _ = compare.script_and_env(mech, 20, "/ev")
         knob = env.get("PG_TIMEOUT") or env.get("FT_HB_TIMEOUT")
         if mech in compare.LEVEL0:  # level 0's soft timeout finds its hang
-            args = compare.train_args(wl, "/ck", True, mech, 20)
-            knob = args[args.index("--soft-timeout") + 1]
-            assert float(env["FT_HB_TIMEOUT"]) > float(args[args.index("--hard-timeout") + 1])
+            assert "--inprocess" in compare.train_args(wl, "/ck", True, mech, 20)
+            knob = env["RESILIENT_INPROCESS_SOFT_TIMEOUT"]
+            assert float(env["FT_HB_TIMEOUT"]) > float(env["RESILIENT_INPROCESS_HARD_TIMEOUT"])
         assert knob == "20", (mech, env)
         assert script.exists()
     assert compare.script_and_env("ft_launcher", 20, "/ev")[0].name == "ft-launcher.sbatch"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -45,7 +46,8 @@ def fault_free(world: int, steps: int, tmp_path) -> str:
 
 def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[str],
            options: tuple[str, ...] = (), steps: int = 10,
-           tier1_dir: str | None = None) -> tuple[int, str, str]:
+           tier1_dir: str | None = None,
+           exports: dict[str, str] | None = None) -> tuple[int, str, str]:
     ckpt = str(tmp_path / "ckpt")
     script = tmp_path / "job.sbatch"
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
@@ -59,8 +61,9 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
     # /dev/shm, so each node gets its own folder, as each real node has its own memory
     # (``tier1_dir``: another, e.g. one the nodes share)
     shm = tier1_dir or tmp_path / "shm" / "{node}"
-    script.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={shm}\nexec "
-                      + " ".join(argv) + "\n")
+    lines = [f"export RESILIENT_TIER1_DIR={shm}",
+             *(f"export {k}={shlex.quote(v)}" for k, v in (exports or {}).items())]
+    script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\nexec " + " ".join(argv) + "\n")
     env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
            "PATH": BIN + ":" + os.environ.get("PATH", "")}
     out = str(tmp_path / "slurm-%j.out")

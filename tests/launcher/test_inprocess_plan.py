@@ -35,7 +35,7 @@ def _ft_launcher() -> str | None:
 
 def test_level1_flags() -> None:
     nnodes, extra = ip.ft_args(V041, 2, 3, heartbeat_timeout=60,
-                               initial_heartbeat_timeout=300)
+                               initial_heartbeat_timeout=300, hard_timeout=20)
     assert nnodes == "2:3" and extra == ["--ft-restart-policy=min-healthy"]
     assert V041.restart_policies == {"any-failed", "min-healthy"}
     assert "never hot spares" in ip.level1_span(V041, 2, 3)
@@ -257,3 +257,38 @@ def test_report_names_only_the_ranks_each_level0_restart_left_out() -> None:
     assert [f.handled_by for f in report.build(events).faults] == [
         "in-process restart (level 0, ranks 2 left out)", "in-process restart (level 0)",
         "in-process restart (level 0, ranks 1 left out)"]
+
+
+def test_level0_hard_timeout_from_the_job_or_nvrx() -> None:
+    """Level 1's heartbeat timeouts are checked against level 0's hard timeout as the ranks
+    will have it: the job's RESILIENT_INPROCESS_HARD_TIMEOUT, else NVRx's own (90 s)."""
+    opts = plan.LaunchOptions(script="t.py", heartbeat_timeout=40.0,
+                              initial_heartbeat_timeout=180.0)
+    with pytest.raises(ip.InprocessPlanError) as err:
+        ip.configure(opts, V041, 2, 3, {})
+    assert "(90 s, NVRx's own; set $RESILIENT_INPROCESS_HARD_TIMEOUT for yours)" in str(err.value)
+    short = {"RESILIENT_INPROCESS_SOFT_TIMEOUT": "4", "RESILIENT_INPROCESS_HARD_TIMEOUT": "20"}
+    got = ip.configure(opts, V041, 2, 3, short)
+    assert got.min_nnodes == 2 and got.heartbeat_timeout == 40.0
+    with pytest.raises(ip.InprocessPlanError, match="RESILIENT_INPROCESS_SOFT_TIMEOUT"):
+        ip.configure(opts, V041, 2, 3, {"RESILIENT_INPROCESS_SOFT_TIMEOUT": "x"})
+    with pytest.raises(ip.InprocessPlanError, match=r"soft_timeout \(95\) < hard_timeout \(90\)"):
+        ip.configure(opts, V041, 2, 3, {"RESILIENT_INPROCESS_SOFT_TIMEOUT": "95"})
+
+
+def test_inprocess_forces_no_heartbeat_timeout() -> None:
+    """Without the user's, level 1's heartbeat timeouts stay NVRx's own (45 / 60 min: none on
+    ft_launcher's command line), and level 2 waits for level 0 as long as level 0's own
+    bound, not level 1's heartbeat timeout."""
+    got = ip.configure(plan.LaunchOptions(script="t.py"), V041, 2, 3, {})
+    assert got.heartbeat_timeout is None and got.initial_heartbeat_timeout is None
+    assert (got.heartbeat_s, got.initial_heartbeat_s) == (plan.NVRX_HEARTBEAT_TIMEOUT,
+                                                          plan.NVRX_INITIAL_HEARTBEAT_TIMEOUT)
+    argv = plan.ft_command(got, V041, 3, "h:1", "rid", log_dir="/l", cycle_info_dir="/c")
+    assert not [a for a in argv if "heartbeat" in a], argv
+    assert ip.level0_grace(got, {}) == 90 + ip.MIN_HEARTBEAT_MARGIN  # NVRx's hard timeout
+    env = {"RESILIENT_INPROCESS_SOFT_TIMEOUT": "4", "RESILIENT_INPROCESS_HARD_TIMEOUT": "20",
+           "RESILIENT_INPROCESS_HEARTBEAT_TIMEOUT": "60"}
+    assert ip.level0_grace(got, env) == 70
+    users = plan.LaunchOptions(script="t.py", heartbeat_timeout=40.0)
+    assert ip.level0_grace(users, env) == 40  # level 1 acts by then

@@ -33,8 +33,12 @@ from launch_helpers import (  # type: ignore[import-not-found]  # noqa: E402
     wait_job,
 )
 
+from tests.training.inprocess_harness import SHORT_TIMEOUTS  # noqa: E402
+
 STEPS = 12
-# Level 1's heartbeat timeouts above level 0's hard timeout (20 s) + 10 s, as the plan requires.
+# Level 1's heartbeat timeouts above level 0's hard timeout + 10 s, as the plan requires: the
+# job exports level 0's short sandbox timeouts (SHORT_TIMEOUTS, hard 20 s), which the
+# launcher's check and the ranks both read.
 LAUNCH = ["--inprocess", "--min-nodes=2", "--heartbeat-timeout=40",
           "--initial-heartbeat-timeout=180"]
 NVRX = version("nvidia-resiliency-ext")
@@ -60,7 +64,8 @@ def test_inprocess_levels_under_resilient_launch(slurm, clean, tmp_path):
     jid, _, state = submit(
         slurm, clean, tmp_path, 3,
         LAUNCH,
-        ["--inprocess", "--fault=sigkill@4@rank1", "--fault=sigkill@8@rank1"], steps=STEPS)
+        ["--inprocess", "--fault=sigkill@4@rank1", "--fault=sigkill@8@rank1"], steps=STEPS,
+        exports=SHORT_TIMEOUTS)
     if REFUSED:
         assert_refused(slurm, jid, tmp_path, state)
         return
@@ -100,7 +105,7 @@ def test_node_fault_left_out_in_process_does_not_stop_the_step(slurm, clean, tmp
         slurm, clean, tmp_path, 3,
         LAUNCH,
         ["--inprocess", "--fault=node@4@node3", "--fault=sigkill@60@rank0"],
-        ("--nodelist=node[1-3]",), steps=steps)
+        ("--nodelist=node[1-3]",), steps=steps, exports=SHORT_TIMEOUTS)
     if REFUSED:
         assert_refused(slurm, jid, tmp_path, state)
         return
@@ -133,7 +138,7 @@ def test_spare_stands_by_in_level0_and_takes_a_lost_nodes_place(slurm, clean, tm
     steps = 40
     jid, _, state = submit(
         slurm, clean, tmp_path, 4, [*LAUNCH, "--spares=1"],
-        ["--inprocess", "--fault=node@6@rank1"], steps=steps)
+        ["--inprocess", "--fault=node@6@rank1"], steps=steps, exports=SHORT_TIMEOUTS)
     if REFUSED:
         assert_refused(slurm, jid, tmp_path, state)
         return

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.train
 pytest.importorskip("torch")
 pytest.importorskip("nvidia_resiliency_ext.inprocess")
 
-from tests.training.inprocess_harness import JobResult, run_job  # noqa: E402
+from tests.training.inprocess_harness import SHORT_TIMEOUTS, JobResult, run_job  # noqa: E402
 
 STEPS = 16
 FAULT_STEP = 7
-SOFT_TIMEOUT = 4.0  # train_fsdp.py --soft-timeout default
-HARD_TIMEOUT = 20.0  # train_fsdp.py --hard-timeout default
+SOFT_TIMEOUT = float(SHORT_TIMEOUTS["RESILIENT_INPROCESS_SOFT_TIMEOUT"])  # run_job's
+HARD_TIMEOUT = float(SHORT_TIMEOUTS["RESILIENT_INPROCESS_HARD_TIMEOUT"])
 PG_TIMEOUT = 60.0  # run_job passes --pg-timeout 60
 
 

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.train
 pytest.importorskip("torch")
 pytest.importorskip("nvidia_resiliency_ext.inprocess")
 
+from tests.training.inprocess_harness import SHORT_TIMEOUTS  # noqa: E402
+
 IMPORT_S = 8.0  # the import's length: well past the monitor thread's 1 s poll, under load too
 
 PACKAGE = f'''
@@ -91,7 +93,7 @@ def test_a_restart_waits_for_a_first_import(tmp_path: Path) -> None:
                "RESILIENT_NODE": f"n{rank}", "IMPORT_TEST_DIR": str(tmp_path),
                "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"),
                                               os.environ.get("PYTHONPATH", "")]),
-               "PYTHONUNBUFFERED": "1", "RESILIENT_INPROCESS_TRACE": "1"}
+               "PYTHONUNBUFFERED": "1", "RESILIENT_INPROCESS_TRACE": "1", **SHORT_TIMEOUTS}
         env.pop("RESILIENT_INPROCESS_PREFIX", None)
         procs.append(subprocess.Popen([sys.executable, str(tmp_path / "worker.py")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

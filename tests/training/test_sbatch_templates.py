@@ -52,6 +52,18 @@ def test_directives(template) -> None:
     assert subprocess.run(["bash", "-n", os.path.join(SBATCH, template)]).returncode == 0
 
 
+def test_resilient_template_forces_no_heartbeat_timeout() -> None:
+    """fsdp.sbatch passes a heartbeat timeout only when its knob is set: unset, resilient-launch
+    (and so ft_launcher) keep NVRx's own (issue 37, item 10)."""
+    text = open(os.path.join(SBATCH, "fsdp.sbatch")).read()
+    flags = [ln.strip() for ln in text.splitlines()
+             if "heartbeat-timeout" in ln and not ln.lstrip().startswith("#")]
+    assert flags == ['${FT_INITIAL_HB_TIMEOUT:+--initial-heartbeat-timeout '
+                     '"$FT_INITIAL_HB_TIMEOUT"} \\',
+                     '${FT_HB_TIMEOUT:+--heartbeat-timeout "$FT_HB_TIMEOUT"} \\'], flags
+    assert not re.search(r"HB_TIMEOUT:-", text), "a heartbeat timeout default in the template"
+
+
 def _submit(slurm, sandbox, work: Path, template: str, name: str, nodes: int,
             env: dict[str, str], args: list[str]) -> int:
     job_env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
@@ -113,7 +125,8 @@ def test_resilient_template_on_the_sandbox(clean, sandbox, slurm, tmp_path) -> N
                  max(200 - kill_wait, 10)),
         "floor": (1, {"RESILIENT_LAUNCH_ARGS": "--dry-run", "SIGNAL_LEAD": str(kill_wait + 1)},
                   10),
-        "explicit": (1, {"RESILIENT_LAUNCH_ARGS": "--dry-run", "FT_TERM_TIMEOUT": "7"}, 7),
+        "explicit": (1, {"RESILIENT_LAUNCH_ARGS": "--dry-run", "FT_TERM_TIMEOUT": "7",
+                         "FT_INITIAL_HB_TIMEOUT": "120", "FT_HB_TIMEOUT": "50"}, 7),
         "usage": (1, {"RESILIENT_LAUNCH_ARGS": "--min-nodes 3"}, None),
     }
     jobs = {name: _submit(slurm, sandbox, work, "fsdp.sbatch", name, nodes, env, ARGS)
@@ -134,7 +147,15 @@ def test_resilient_template_on_the_sandbox(clean, sandbox, slurm, tmp_path) -> N
         assert _flag(argv, "--nproc-per-node") == "1"
         assert "budgets: 3 in-job restarts/cycle" in log, log[-2000:]  # FT_MAX_RESTARTS
         assert argv[-5:] == [str(work / "train.py"), *ARGS], argv
-        assert "initial 600 s" in log, log[-2000:]
+        if name == "explicit":  # the user's heartbeat timeouts reach ft_launcher
+            hb = {a.split("=", 1)[0].replace("_", "-").removeprefix("--ft-")
+                  .removeprefix("param-"): a.split("=", 1)[1] for a in argv if "heartbeat" in a}
+            assert hb == {"initial-rank-heartbeat-timeout": "120",
+                          "rank-heartbeat-timeout": "50"}, argv
+            assert "heartbeat timeout 50 s (yours); initial 120 s" in log, log[-2000:]
+        else:  # none forced: NVRx's own (no flag on ft_launcher's command line)
+            assert not [a for a in argv if "heartbeat" in a], (name, argv)
+            assert "; initial 3600 s;" in log, log[-2000:]
         assert not list(work.glob("r*-rank*.json")), "a dry run started the training"
     assert "(min 2)" in _log(work, "plan", jobs["plan"])
 
