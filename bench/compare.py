@@ -52,7 +52,7 @@ from typing import Any
 
 import harness
 from harness import BIN, GATED_TRAIN, JOBS, REPO, Workload
-from mechanisms import INPROCESS, INPROCESS_SPARE, SPARE
+from mechanisms import INPROCESS, INPROCESS_SPARE, SPARE, inprocess_env
 from run_figures import step_median, swap_breakdown, tier_cost, timeline
 
 from resilient_slurm.events import EventKind
@@ -124,7 +124,7 @@ def script_and_env(mech: str, hb: float, events: str) -> tuple[Path, dict[str, s
         env.update(harness.resilient_env(hb + INPROCESS_HARD_EXTRA_S + INPROCESS_HB_MARGIN_S,
                                          min_nodes=2))
         env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
-        env.update(harness.inprocess_env(hb, hb + INPROCESS_HARD_EXTRA_S))
+        env.update(inprocess_env(hb, hb + INPROCESS_HARD_EXTRA_S))
         if mech in SPARES:
             env["RESILIENT_LAUNCH_ARGS"] += f" --spares {SPARES[mech]}"
         return harness.FSDP_SBATCH, env, ""

@@ -81,15 +81,6 @@ def resilient_env(hb_timeout: float = 10, min_nodes: int = 3) -> dict[str, str]:
                                      "--health-timeout 30"}
 
 
-def inprocess_env(soft: float, hard: float) -> dict[str, str]:
-    """Level 0's timeouts for the sandbox runs (``--inprocess``), set explicitly: the product
-    default is NVRx's own (60 / 90 s); the Wrapper's heartbeat timeout long (60 s), as a
-    lost node is left to the level above. The ranks and the launcher's check read them."""
-    return {"RESILIENT_INPROCESS_SOFT_TIMEOUT": f"{soft:g}",
-            "RESILIENT_INPROCESS_HARD_TIMEOUT": f"{hard:g}",
-            "RESILIENT_INPROCESS_HEARTBEAT_TIMEOUT": "60"}
-
-
 def describe_schedule(schedule: list[Fault]) -> str:
     return ", ".join(f"{f.type}@{f.step}(rank {f.rank})" for f in schedule)
 

@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+from mechanisms import inprocess_env  # noqa: E402
 
 SOFT, HARD = 4.0, 20.0
 TARGETS = {"exception": 2.0, "hang": SOFT + 2.0, "sigkill": 3.0}
@@ -52,7 +53,7 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
            # the memory tiers: a folder per simulated node (they share this host's /dev/shm)
            "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}")}
     env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
-    env.update(harness.inprocess_env(SOFT, HARD))  # level 0's, explicit (default: NVRx's)
+    env.update(inprocess_env(SOFT, HARD))  # level 0's, explicit (default: NVRx's)
     args = ["--inprocess", "--steps", str(STEPS), "--checkpoint-dir", ckpt,
             "--checkpoint-every", "5", "--threads", "1", "--log-every", "1",
             "--step-sleep", "0.2"]

@@ -16,6 +16,15 @@ INPROCESS_SPARE = "resilient-launch --inprocess + 1 spare"  # the spare stands b
 PROCESS = ("exception", "sigkill")  # the process-fault class
 
 
+def inprocess_env(soft: float, hard: float) -> dict[str, str]:
+    """Level 0's timeouts for the sandbox runs (``--inprocess``), set explicitly: the product
+    default is NVRx's own (60 / 90 s); the Wrapper's heartbeat timeout long (60 s), as a
+    lost node is left to the level above. The ranks and the launcher's check read them."""
+    return {"RESILIENT_INPROCESS_SOFT_TIMEOUT": f"{soft:g}",
+            "RESILIENT_INPROCESS_HARD_TIMEOUT": f"{hard:g}",
+            "RESILIENT_INPROCESS_HEARTBEAT_TIMEOUT": "60"}
+
+
 def took_spare(fault: dict[str, Any]) -> bool:
     """Whether a spare took this fault's place, read from the row's events as the harness
     classified them (``launcher/report.py``'s handler, the fault's ``detail``): the new cycle
