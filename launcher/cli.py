@@ -30,6 +30,7 @@ from resilient_slurm.launcher.launch_env import launch_options, script_checkpoin
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
+from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.inprocess_timeouts import NVRX_DEFAULTS as NVRX_L0
 
 
@@ -365,6 +366,8 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     if opts.min_nnodes:
         from resilient_slurm.launcher import inprocess_plan
 
+        echo("in-process level 0 timeouts: " + ip_timeouts.describe(
+            ip_timeouts.from_env(os.environ), NVRX_L0))
         echo("in-process level 1: " + inprocess_plan.level1_span(features, opts.min_nnodes,
                                                                  len(cycle.nodes)))
     echo(shlex.join(cycle.argv))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from resilient_slurm.launcher.plan import Features, LaunchOptions
 
 MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
+FLOOR_ENV = "RESILIENT_HEARTBEAT_FLOOR"  # launch_env.adapt_env: scripts adapt, not below it
 
 
 class InprocessPlanError(ValueError):
@@ -129,13 +130,19 @@ def configure(opts: LaunchOptions, features: Features, min_nodes: int, nnodes: i
               env: Mapping[str, str]) -> LaunchOptions:
     """``opts`` with level 1 set up for level 0 (InprocessPlanError when it cannot be), from
     the installed ft_launcher's detected (cached) features and level 0's timeouts in the
-    job's environment ``env``. Level 1's heartbeat timeouts stay the user's or NVRx's own."""
+    job's environment ``env``. Level 1's heartbeat timeouts stay the user's or NVRx's own; a
+    script that adapts them (``RESILIENT_HEARTBEAT_FLOOR``) keeps them above level 0's hard
+    timeout by the margin."""
     values, users = level0_timeouts(env)
     span, extra = ft_args(features, min_nodes, nnodes, opts.heartbeat_s,
                           opts.initial_heartbeat_s, values["hard_timeout"], users)
     given = {a.split("=", 1)[0] for a in opts.ft_args}
     extra = [a for a in extra if a.split("=", 1)[0] not in given]
-    return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args),
+    extra_env = dict(opts.extra_env)
+    if extra_env.get(FLOOR_ENV):
+        need = values["hard_timeout"] + MIN_HEARTBEAT_MARGIN
+        extra_env[FLOOR_ENV] = f"{max(float(extra_env[FLOOR_ENV]), need):g}"
+    return dataclasses.replace(opts, ft_args=(*extra, *opts.ft_args), extra_env=extra_env,
                                min_nnodes=int(span.split(":")[0]))
 
 

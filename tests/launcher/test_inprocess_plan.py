@@ -133,6 +133,10 @@ def test_dry_run_inprocess_sets_level1(tmp_path, monkeypatch) -> None:
     assert "--nnodes=2:3" in srun and "--ft-restart-policy=min-healthy" in srun
     assert "in-process level 1: ft_launcher --nnodes=2:3" in res.output
     assert "never hot spares" in res.output
+    assert "in-process level 0 timeouts: soft 60 s (NVRx's), hard 90 s (NVRx's), heartbeat " \
+        "30 s (NVRx's)" in res.output
+    assert "hang detection: heartbeat timeout 2700 s" in res.output  # level 1: NVRx's own
+    assert "initial 3600 s" in res.output and "heartbeat-timeout" not in srun
 
 
 @pytest.mark.train
@@ -292,3 +296,16 @@ def test_inprocess_forces_no_heartbeat_timeout() -> None:
     assert ip.level0_grace(got, env) == 70
     users = plan.LaunchOptions(script="t.py", heartbeat_timeout=40.0)
     assert ip.level0_grace(users, env) == 40  # level 1 acts by then
+
+
+def test_adapted_heartbeat_floor_leaves_level0_its_time() -> None:
+    """A script that adapts level 1's heartbeat timeout (RESILIENT_HEARTBEAT_FLOOR, set when
+    the user chose none) never goes below level 0's hard timeout + the margin."""
+    opts = plan.LaunchOptions(script="t.py", extra_env={ip.FLOOR_ENV: "10", "X": "1"})
+    got = ip.configure(opts, V041, 2, 3, {})
+    assert got.extra_env == {ip.FLOOR_ENV: "100", "X": "1"}  # NVRx's hard 90 s + 10
+    short = {"RESILIENT_INPROCESS_SOFT_TIMEOUT": "4", "RESILIENT_INPROCESS_HARD_TIMEOUT": "20"}
+    assert ip.configure(opts, V041, 2, 3, short).extra_env[ip.FLOOR_ENV] == "30"
+    high = plan.LaunchOptions(script="t.py", extra_env={ip.FLOOR_ENV: "500"})
+    assert ip.configure(high, V041, 2, 3, {}).extra_env[ip.FLOOR_ENV] == "500"
+    assert opts.extra_env[ip.FLOOR_ENV] == "10"  # the caller's options untouched
