@@ -273,6 +273,42 @@ def test_readme_stays_under_10_kb() -> None:
         f"{README_LIMIT})"
 
 
+HISTORY = re.compile(r"\bissue \d+|^\|.*\|\s*before(?:\s*\([^)|]*\))?\s*\|\s*after\s*\|.*$",
+                     re.IGNORECASE | re.MULTILINE)
+DECISIONS = ROOT / "docs" / "decisions"
+
+
+def history(text: str) -> list[str]:
+    """What in ``text`` tells the project's history instead of how things are: a reference to
+    an issue, a before/after table."""
+    return [m.group(0) for m in HISTORY.finditer(text)]
+
+
+@pytest.mark.parametrize("doc", [d for d in DOC_FILES if DECISIONS not in d.parents],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_state_how_things_are(doc: Path) -> None:
+    """Why the code has its shape, and what it was before, belongs in docs/decisions/."""
+    assert history(doc.read_text(encoding="utf-8")) == []
+
+
+def test_history_check_sees_a_before_after_table_and_an_issue() -> None:
+    text = "| | before (issue 27) | after |\n|---|---|---|\nSplit in Issue 12: x.\n"
+    assert history(text) == ["| | before (issue 27) | after |", "Issue 12"]
+    assert history("| run | steps/s before (2-10) | after exclusion |\nissues\n") == []
+
+
+def test_decision_records_have_their_parts_and_are_listed() -> None:
+    """Each record is short ADR form (context, decision, consequences) and listed in the index."""
+    records = sorted(DECISIONS.glob("[0-9][0-9][0-9][0-9]-*.md"))
+    index = (DECISIONS / "README.md").read_text(encoding="utf-8")
+    assert records
+    for record in records:
+        headings = [x for x in record.read_text(encoding="utf-8").splitlines()
+                    if x.startswith("## ")]
+        assert headings == ["## Context", "## Decision", "## Consequences"], record.name
+        assert f"]({record.name})" in index, record.name
+
+
 def test_docs_name_flags_of_every_command() -> None:
     """The flag test is not vacuous: the docs name flags of each of our commands."""
     seen = {use.command[0] for doc in DOC_FILES
