@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resilient_slurm import proc
-from resilient_slurm.launcher import feature_cache
+from resilient_slurm.launcher import feature_cache, rank_pin
 from resilient_slurm.launcher.ft_config import ft_key
 from resilient_slurm.launcher.node import LOCAL_ADDR, NODE  # filled in per node by the shim
 from resilient_slurm.slurm import HostlistError, compress, expand
@@ -224,7 +224,8 @@ def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: s
                log_dir: str | None = None, cycle_info_dir: str | None = None) -> list[str]:
     """The ``ft_launcher`` argv each node runs (``{local_addr}`` substituted on the node)."""
     span = f"{min(opts.min_nnodes, nnodes)}:{nnodes}" if opts.min_nnodes else str(nnodes)
-    argv = [opts.ft_launcher, f"--nnodes={span}", f"--nproc-per-node={opts.nproc_per_node}",
+    argv = [*rank_pin.program(opts.ft_launcher, features.version),  # 0.4.x: ranks pinned
+            f"--nnodes={span}", f"--nproc-per-node={opts.nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rid}",
             f"--max-restarts={opts.max_restarts}"]
     given = opts.user_ft | {ft_key(a) for a in opts.ft_args if a.startswith("--")}
@@ -270,22 +271,20 @@ NODELIST_ARG_MAX = 4096  # longer node lists go through a file (one argv string 
 
 
 def nodelist_option(nodes: Sequence[str], nodefile: str = "") -> str:
-    """``--nodelist=a,b`` for short lists, the compressed hostlist for longer ones, and
-    ``--nodefile=FILE`` (the caller writes ``nodes`` there) when even that is long."""
+    """``--nodelist=a,b`` in the order given for short lists, ``--nodefile=FILE`` (the caller
+    writes ``nodes`` there, one a line) for longer ones. Never a compressed hostlist: it sorts,
+    and the order is the node ranks' (``launcher/rank_pin.py``)."""
     plain = ",".join(nodes)
-    if len(plain) <= NODELIST_ARG_MAX:
-        return f"--nodelist={plain}"
-    short = compress(list(nodes))
-    if len(short) <= NODELIST_ARG_MAX or not nodefile:
-        return f"--nodelist={short}"
-    return f"--nodefile={nodefile}"
+    return f"--nodelist={plain}" if len(plain) <= NODELIST_ARG_MAX or not nodefile \
+        else f"--nodefile={nodefile}"
 
 
 def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str] = (),
                  job_id: int | None = None, nodefile: str = "") -> list[str]:
-    """One task per node on exactly ``nodes``."""
+    """One task per node on exactly ``nodes``, task i (``SLURM_PROCID``) on ``nodes[i]``."""
     argv = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            nodelist_option(nodes, nodefile), "--kill-on-bad-exit=1", "--unbuffered"]
+            nodelist_option(nodes, nodefile), rank_pin.SRUN_DISTRIBUTION,
+            "--kill-on-bad-exit=1", "--unbuffered"]
     if job_id is not None:
         argv.append(f"--jobid={job_id}")
     return [*argv, *extra, *inner]
@@ -352,7 +351,8 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes
 TASK_LEVEL_ENV = ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_TASK",
                   "SLURM_NTASKS_PER_GPU", "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_SOCKET",
                   "SLURM_NTASKS_PER_TRES", "SLURM_CPU_BIND", "SLURM_GPU_BIND",
-                  "SLURM_DISTRIBUTION", "SLURM_MEM_PER_CPU", "SLURM_MEM_BIND")
+                  "SLURM_DISTRIBUTION", "SLURM_MEM_PER_CPU", "SLURM_MEM_BIND",
+                  "SLURM_HOSTFILE")  # the task layout is the node ranks' (launcher/rank_pin.py)
 
 
 def step_env(env: Mapping[str, str]) -> dict[str, str]:
