@@ -7,8 +7,9 @@ ecc-corrected-rising``): a precursor, not a failure. The node watcher publishes 
 there: no drain); the launcher stops the step, swaps the spare in (cause: precursor) and gives
 the node back to Slurm; the watcher, seeing no job there, drains it for repair. 0 requeues,
 world size still 3, every rank resumes at the last step rank 0 reported before the stop (0 lost
-steps), and the run ends with the fault-free weights digest. Prints the time from the
-injection to the first step on the spare."""
+steps), each survivor at its rank of before from its own node's memory, the spare at the
+victim's rank from the peer's copy, and the run ends with the fault-free weights digest.
+Prints the time from the injection to the first step on the spare."""
 
 from __future__ import annotations
 
@@ -119,6 +120,11 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         (resumed,) = {st for _, st, *_ in again}
         assert before <= resumed <= before + 1, (again, before)
         assert before >= max(done) >= AT_STEP
+        # Node ranks pinned (launcher/rank_pin.py): every survivor keeps its ranks and restores
+        # from its own node's memory; the spare takes the victim's, from its copy on a peer.
+        by_rank = {r: (tier, node) for r, _, tier, _, node in again}
+        assert by_rank == {r: ("peer copy", spare) if n == victim else ("own memory", n)
+                           for r, n in first.items()}, (first, again)
         assert tier_helpers.digest(log) == reference
         # the node ends drained for repair, by the hooks, once the job left it
         wait_until(lambda: s.node(victim).drain, 60)

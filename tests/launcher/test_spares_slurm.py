@@ -4,9 +4,10 @@ script (``foreign/train_tiers.py``: ``checkpoint.save`` every step, no disk chec
 the durable interval is longer than the run). At step 30 one training node is lost (its rank
 stops mid-step, then ``sandbox node kill`` takes the node: slurmd, step daemons, processes).
 The spare takes its place inside the allocation: 0 requeues, world size still 3, every rank
-resumes at step 29 (the last step every rank finished: 0 lost steps), the survivors from their
-node memory (tier 1), the spare's rank from the peer's copy (tier 2), and the run ends with the
-fault-free weights digest. Prints the swap time (node loss to the first step after it)."""
+resumes at step 29 (the last step every rank finished: 0 lost steps), each survivor at its
+rank of before from its own node's memory (tier 1), the spare at the lost node's rank from the
+peer's copy (tier 2), and the run ends with the fault-free weights digest. Prints the swap
+time (node loss to the first step after it)."""
 
 from __future__ import annotations
 
@@ -109,13 +110,12 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
         # 0 lost steps: step 30 never finished on the victim's rank; 29 did everywhere
         assert {st for _, st, *_ in again} == {FAULT_STEP - 1}, again
+        # Node ranks pinned (launcher/rank_pin.py): every survivor runs its ranks of the first
+        # cycle and restores them from its own node's memory (tier 1); the spare runs exactly
+        # the victim's and restores the victim's state from its copy on a peer (tier 2).
         by_rank = {r: (tier, node) for r, _, tier, _, node in again}
-        assert by_rank and all(t in ("own memory", "peer copy") for t, _ in by_rank.values())
-        for r, (tier, node) in by_rank.items():
-            if node == spare:
-                assert tier == "peer copy", again  # tier 2: the lost node's copy on a peer
-            elif first.get(r) == node:
-                assert tier == "own memory", again  # tier 1 on the survivor
+        assert by_rank == {r: ("peer copy", spare) if r == victim_rank else ("own memory", n)
+                           for r, n in first.items()}, (first, again)
         assert tier_helpers.digest(log) == reference
         steps = [float(t) for st, t in re.findall(r"\[script\] step=(\d+) .* t=([\d.]+)", log)
                  if int(st) == FAULT_STEP and float(t) > killed_at]
