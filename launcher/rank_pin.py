@@ -78,6 +78,8 @@ def pin(rendezvous: Any, procid: int) -> None:
 def main() -> None:
     """``python -m resilient_slurm.launcher.rank_pin FT_LAUNCHER_ARGS...``: NVRx 0.4.x's
     ft_launcher with its node ranks in srun's task order."""
+    if sys.path[:1] in ([""], [os.getcwd()]):  # as the ft_launcher script: not the job's cwd
+        del sys.path[0]
     from nvidia_resiliency_ext.fault_tolerance import _ft_rendezvous, launcher
 
     procid = os.environ.get("SLURM_PROCID", "")
