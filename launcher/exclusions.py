@@ -76,15 +76,16 @@ def review(excluded_at: Mapping[str, float], states: Mapping[str, Node],
 
 def reconsider(slurm: SlurmBackend, led: ledger.Ledger, verdict_path: str,
                alloc: plan.Allocation, env: Mapping[str, str], out_dir: str, timeout: float,
-               ttl: float, log: EventLog | None = None) -> Review:
+               ttl: float, log: EventLog | None = None,
+               query_timeout: float | None = None) -> Review:
     """Review ``led``'s exclusions now and apply the outcome to it: readmitted nodes leave it
     (clean slate), renewed ones start a new TTL (an ``exclusion_review`` event in ``log``).
     Slurm is asked about the excluded nodes only; verdicts are read as ``latest_verdicts``
-    says."""
+    says; ``query_timeout``: the node query's (None: the backend's)."""
     if not led.excluded:
         return Review()
     now = time.time()
-    states = node_states(slurm, sorted(led.excluded))
+    states = node_states(slurm, sorted(led.excluded), query_timeout)
     got = latest_verdicts(verdict_path, states, alloc.nodes, alloc.job_id, env, out_dir,
                           timeout)
     r = review({n: led.excluded_at.setdefault(n, now) for n in sorted(led.excluded)}, states,
@@ -109,11 +110,12 @@ def user_excluded(slurm: SlurmBackend, alloc: plan.Allocation) -> list[str] | No
         return None
 
 
-def node_states(slurm: SlurmBackend, nodes: Iterable[str]) -> dict[str, Node]:
+def node_states(slurm: SlurmBackend, nodes: Iterable[str],
+                timeout: float | None = None) -> dict[str, Node]:
     """Slurm's view of ``nodes`` from one batched query (``SlurmBackend.nodes_in``); a node
     the controller did not answer about is left out."""
     try:
-        return slurm.nodes_in(list(nodes))
+        return slurm.nodes_in(list(nodes), timeout=timeout)
     except SlurmError:
         return {}
 

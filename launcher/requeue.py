@@ -9,7 +9,9 @@ held: whatever fails (a call that times out because the controller is stalled, a
 update, an unreadable job record), it ends requeued, or not requeued with an error for the
 caller's verdict; it is never left waiting for a release nobody will send. An update that did
 not apply costs one more cycle at most: the requeued launcher's ledger still excludes the
-nodes. The whole sequence has a budget inside ``KillWait`` and every call a timeout within it.
+nodes. The whole sequence has a budget inside ``KillWait`` and every call a timeout within it;
+after the time-limit warning the requeue call itself may be retried until the job's end
+(``launcher/timelimit.py``), the update then within the KillWait budget.
 
 The update also makes the request satisfiable again: a required node list (``sbatch
 --nodelist``) loses the excluded nodes (else the job would pend forever on
@@ -25,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from resilient_slurm.events import EventKind, EventLog, Requeue
 from resilient_slurm.launcher.exits import EXIT_BUDGET
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
@@ -44,10 +45,21 @@ def budget_for(kill_wait: float) -> float:
     return max(2.0, kill_wait * 0.7 - 1.0)
 
 
+# What a Slurm call that never reached the controller says: the seam's timeout, scontrol's own.
+UNANSWERED = ("no answer", "Socket timed out", "Unable to contact slurm controller",
+              "Connection refused", "Zero Bytes were transmitted")
+
+
+def unanswered(err: str) -> bool:
+    """The error says the controller did not answer (rather than refused)."""
+    return any(words in err for words in UNANSWERED)
+
+
 def _retry(action: Callable[[], object], deadline: float, call_timeout: float,
-           done: Callable[[], bool] | None = None) -> str:
+           done: Callable[[], bool] | None = None, refused_by: float | None = None) -> str:
     """Run ``action`` until it succeeds (or ``done()`` says its effect is there); "" or the
-    last error. Any exception counts as a failure to retry, never as an escape."""
+    last error. Any exception counts as a failure to retry, never as an escape; past
+    ``refused_by`` only a controller that does not answer is waited for (a refusal ends it)."""
     err = ""
     while True:
         try:
@@ -62,17 +74,26 @@ def _retry(action: Callable[[], object], deadline: float, call_timeout: float,
             pass
         if time.monotonic() + min(call_timeout, 0.5) >= deadline:
             return err
+        if refused_by is not None and time.monotonic() >= refused_by and not unanswered(err):
+            return err
         time.sleep(0.2)
 
 
 def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
                       budget_s: float = 4.0, num_nodes: int | None = None,
-                      user_excluded: Sequence[str] | None = None) -> Result:
+                      user_excluded: Sequence[str] | None = None,
+                      requeue_s: float | None = None) -> Result:
     """Requeue ``job_id`` with ``ExcNodeList`` = ``excluded`` plus the user's own exclusions
     (``user_excluded``; None: keep every node the job excludes now), and ``num_nodes`` nodes
-    when given."""
-    deadline = time.monotonic() + budget_s
+    when given. The requeue call is retried for ``requeue_s`` seconds (default ``budget_s``:
+    a time-limit requeue may wait longer for a stalled controller, until the job's end; a
+    refusal is retried for ``budget_s`` only);
+    the update then gets ``budget_s`` from the try that took (SIGKILL comes KillWait after
+    the requeue, whenever it took)."""
+    start = time.monotonic()
+    deadline = start + (budget_s if requeue_s is None else max(budget_s, requeue_s))
     call = max(1.0, budget_s / 4)
+    tried = [start]  # when the latest requeue try started: the requeue took no earlier
 
     def left() -> float:  # each call's timeout: its share, never past the deadline
         return max(0.5, min(call, deadline - time.monotonic()))
@@ -81,10 +102,15 @@ def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
         job = slurm.job(job_id, timeout=left())
         return job.state in HELD_STATES or job.held
 
-    err = _retry(lambda: slurm.requeue(job_id, hold=False, timeout=left()), deadline, call,
-                 requeued)
+    def try_requeue() -> None:
+        tried[0] = time.monotonic()
+        slurm.requeue(job_id, hold=False, timeout=left())
+
+    err = _retry(try_requeue, deadline, call, requeued, start + budget_s)
     if err:
-        return Result(f"requeue: {err}", unconfirmed="no answer" in err)
+        return Result(f"requeue: {err}", unconfirmed=unanswered(err))
+    if requeue_s is not None:
+        deadline = tried[0] + budget_s
     if not excluded and num_nodes is None and user_excluded is None:
         return Result(requeued=True)
     err = _retry(lambda: _fix_request(slurm, job_id, excluded, user_excluded, num_nodes,
@@ -93,26 +119,46 @@ def requeue_excluding(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
                   requeued=True)
 
 
+@dataclass(frozen=True)
+class Taken:
+    """What :func:`take` did: ``verdict`` None when the job was requeued (``warning``: what
+    of the update did not apply), else ``(name, exit status, message)``."""
+
+    verdict: tuple[str, int, str] | None = None
+    warning: str = ""
+
+
 def take(slurm: SlurmBackend, job_id: int, excluded: Sequence[str], kill_wait: float,
-         log: EventLog, num_nodes: int | None = None,
-         user_excluded: Sequence[str] | None = None) -> tuple[str, int, str] | None:
+         num_nodes: int | None = None, user_excluded: Sequence[str] | None = None,
+         requeue_s: float | None = None) -> Taken:
     """The launcher's requeue, from its batch script: SIGTERM ignored from now on (the requeue
     sends it within milliseconds, SIGKILL after KillWait), :func:`requeue_excluding` within
-    :func:`budget_for` KillWait. None: requeued (a late warning logged); else the verdict
-    ``(name, exit status, message)``: ``requeue-unconfirmed`` (the controller did not answer;
-    it may still act when it wakes) or ``budget-exhausted`` (the requeue failed), both 4."""
+    :func:`budget_for` KillWait (the requeue call itself for ``requeue_s`` when given). The
+    verdict when it failed: ``requeue-unconfirmed`` (the controller did not answer; it may
+    still act when it wakes) or ``budget-exhausted`` (the requeue failed), both 4."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     res = requeue_excluding(slurm, job_id, excluded, budget_s=budget_for(kill_wait),
-                            num_nodes=num_nodes, user_excluded=user_excluded)
+                            num_nodes=num_nodes, user_excluded=user_excluded,
+                            requeue_s=requeue_s)
     if res.unconfirmed:
-        return ("requeue-unconfirmed", EXIT_BUDGET,
-                f"{res.error}; if the controller takes the requeue when it answers again, the "
-                "job restarts, else it ends here")
+        return Taken(("requeue-unconfirmed", EXIT_BUDGET,
+                      f"{res.error}; if the controller takes the requeue when it answers "
+                      "again, the job restarts, else it ends here"))
     if not res.requeued:
-        return "budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}"
-    if res.error:
-        log.emit(EventKind.REQUEUE, **Requeue(done=True, warning=res.error))
-    return None
+        return Taken(("budget-exhausted", EXIT_BUDGET, f"requeue failed: {res.error}"))
+    return Taken(warning=res.error)
+
+
+def update_pending(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],
+                   user_excluded: Sequence[str] | None, budget_s: float) -> str:
+    """Rewrite a requeued (pending) job's ``ExcNodeList`` to ``excluded`` plus the user's own
+    (``user_excluded``; None: keep what it excludes now) within ``budget_s``; "" or the
+    error."""
+    deadline = time.monotonic() + budget_s
+    call = max(1.0, budget_s / 4)
+    return _retry(lambda: _fix_request(
+        slurm, job_id, excluded, user_excluded, None,
+        max(0.5, min(call, deadline - time.monotonic()))), deadline, call)
 
 
 def _fix_request(slurm: SlurmBackend, job_id: int, excluded: Sequence[str],

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 from resilient_slurm.events import EventKind, EventLog, StopCycle
-from resilient_slurm.launcher import evidence, plan
+from resilient_slurm.launcher import budgeted, evidence, plan
 from resilient_slurm.launcher.node import STOP_SIGNAL
 
 # nvidia-resiliency-ext still depends on the deprecated `pynvml` package, whose import hook
@@ -53,6 +55,14 @@ def start(argv: list[str], env: Mapping[str, str], cycle: plan.Cycle
                             env={**plan.step_env(env), **dict(cycle.env)})
 
 
+Records = tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]
+RECORDS_BUDGET = 0.5  # seconds one read of the cycle's records may hold the stop
+
+
+def _records(record_dir: str) -> Records:
+    return evidence.step_records(record_dir), evidence.exit_records(record_dir)
+
+
 def stop_step(proc: subprocess.Popen[bytes], record_dir: str, grace: float, log: EventLog,
               kill_bound: float) -> bool:
     """Stop the step ``proc`` (its srun) runs, without waiting on slurmctld: SIGUSR2 to srun,
@@ -63,17 +73,22 @@ def stop_step(proc: subprocess.Popen[bytes], record_dir: str, grace: float, log:
     ends; MessageTimeout-sized), srun itself is killed. True when the step was forced: it may
     linger in Slurm, holding its resources, until its nodes are DOWN (later steps overlap).
 
+    The task records live on shared storage: each read of them has a budget
+    (``launcher/budgeted.py``); one that does not answer counts as "tasks started, not
+    ended", so a stalled filesystem costs at most the grace, never more.
+
     ``scancel --signal=TERM JOB.STEP`` is not used: it needs the controller, and Slurm 22.05's
     scancel reports "Invalid job id specified" whenever the allocation has a node outside the
     step (a hot spare) though every task got the signal."""
-    if not evidence.step_records(record_dir):  # no task yet: nothing to save, nothing to wait for
+    records = budgeted.Budgeted(partial(_records, record_dir), RECORDS_BUDGET, "step-records")
+    if not records(({"?": {}}, {}))[0]:  # no task yet: nothing to save, nothing to wait for
         grace = 0.0
     else:
         try:
             proc.send_signal(STOP_SIGNAL)
         except ProcessLookupError:
             return False
-    if tasks_ended(proc, record_dir, grace):
+    if tasks_ended(proc, records, grace):
         return False
     log.emit(EventKind.STOP_CYCLE, **StopCycle(
         signalled=False, reason=f"the step did not end within {grace:.0f} s: killing it"))
@@ -88,15 +103,17 @@ def stop_step(proc: subprocess.Popen[bytes], record_dir: str, grace: float, log:
     return True
 
 
-def tasks_ended(proc: subprocess.Popen[bytes], record_dir: str, timeout: float) -> bool:
+def tasks_ended(proc: subprocess.Popen[bytes], records: Callable[[Records], Records],
+                timeout: float) -> bool:
     """Wait until srun ended, or every task that started wrote its exit record (a
-    cancelled job's srun may linger; the saves are what matter)."""
+    cancelled job's srun may linger; the saves are what matter); ``records``: the budgeted
+    read of (started, exit) records, given what to answer when the read is late."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             return True
-        started = evidence.step_records(record_dir)
-        if started and set(started) <= set(evidence.exit_records(record_dir)):
+        started, ended = records(({}, {}))
+        if started and set(started) <= set(ended):
             try:
                 proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:

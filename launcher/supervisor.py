@@ -2,7 +2,11 @@
 ``policy.decide`` what next, act.
 
 Exit codes: ``launcher/exits.py``; the watch over a running cycle: ``launcher/watch.py``;
-starting and stopping its step (SIGTERM to the tasks, never to srun): ``launcher/step.py``.
+starting and stopping its step (SIGTERM to the tasks, never to srun): ``launcher/step.py``;
+the bounds on the signal paths (the stop's grace, the time-limit requeue's window):
+``launcher/timelimit.py``. After SIGUSR1 the requeue is the first thing the launcher asks of
+the controller or of shared storage once the step ended: the records, the cycle's end, the
+review of exclusions and the fit check come after it, while the job pends.
 """
 
 from __future__ import annotations
@@ -12,10 +16,9 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from resilient_slurm import events
 from resilient_slurm.events import EventKind
@@ -38,24 +41,16 @@ from resilient_slurm.launcher import (
     spares,
     step,
     straggler,
+    timelimit,
     watch,
 )
-from resilient_slurm.launcher.exits import (
-    EXIT_CANNOT_FIT,
-    EXIT_OF,
-    EXIT_REQUEUED,
-    VERDICT_OF,
-)
+from resilient_slurm.launcher.endings import Endings
 from resilient_slurm.launcher.policy import Action, Phase, Signal
-from resilient_slurm.launcher.requeue import take
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.slurm import SlurmBackend
 
-# Seconds a step stopped for a node fault gets before it is killed (launcher/step.py).
-FAULT_STOP_GRACE = 5.0
 
-
-class Supervisor:
+class Supervisor(Endings):
     """One batch script's run of the cycle loop (a requeued script starts a new one)."""
 
     def __init__(self, slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
@@ -75,6 +70,8 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.signal = Signal.NONE
         self.kill_wait = 30.0
+        self.end_time: float | None = None  # the job's end (time limit), epoch s; None: unknown
+        self._cycle_end: Callable[[], None] | None = None  # a cycle's records, not written yet
         self.message_timeout = 10.0  # Slurm's: how long a stopped step's lost node may hold us
         self.slow: dict[str, straggler.Verdict] = {}  # this cycle's stragglers (stopped it)
         self.progress = progress.Tracker(cfg.checkpoint_dir, self.events_path,
@@ -110,6 +107,7 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         self.kill_wait = self.slurm.kill_wait()
         self.message_timeout = self.slurm.message_timeout()
+        self.end_time = timelimit.job_end(self.env, self.slurm, self.alloc.job_id)
         if self.node_ledger.user_excluded is None:
             self.node_ledger.user_excluded = exclusions.user_excluded(self.slurm, self.alloc)
         nodes = self.node_ledger.usable(list(self.alloc.nodes))
@@ -122,7 +120,8 @@ class Supervisor:
             allocation=list(self.alloc.nodes), nodes=nodes,
             excluded=sorted(self.node_ledger.excluded), nvrx=self.features.version,
             min_nodes=self.cfg.min_nodes, max_requeues=self.cfg.max_requeues,
-            kill_wait=self.kill_wait, committed_step=self.progress.step()))
+            kill_wait=self.kill_wait, end_time=self.end_time,
+            committed_step=self.progress.step()))
         self._save()
         instrumented = "RESILIENT_INSTRUMENT" in self.opts.extra_env
         if not instrumented:
@@ -145,6 +144,11 @@ class Supervisor:
             self.node_ledger.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
+            if self.signal is Signal.USR1 and (rc != 0 or stopped):
+                d = policy.decide(self._state(Phase.FAILED, len(nodes)))
+                if d.action is Action.REQUEUE:  # the requeue before anything else
+                    return self._requeue_first(d.why, after_cycle=True)
+            self._cycle_ended()
             p = budgeted.Budgeted(self.progress.finished_cycle, name="progress")(
                 progress.Progress(None, None))  # a stalled filesystem: unknown, not waited for
             if p.known:
@@ -206,11 +210,6 @@ class Supervisor:
             self._release(decision.nodes)
             nodes = survivors
 
-    def _act(self, d: policy.Decision) -> int:
-        if d.action is Action.REQUEUE:
-            return self._requeue(d.why)
-        return self._verdict(VERDICT_OF[d.action], EXIT_OF[d.action], d.why)
-
     def _run_cycle(self, nodes: list[str], addrs: Mapping[str, str]
                    ) -> tuple[int, str, str, float]:
         n = self.node_ledger.cycles
@@ -241,13 +240,26 @@ class Supervisor:
             cycle.record_dir)
         rc = self.proc.wait()
         self.proc = None
-        recs = evidence.exit_records(cycle.record_dir)
-        self.log.emit(EventKind.CYCLE_END, **events.CycleEnd(
-            cycle=n, rc=rc, stopped=stopped or None, duration_s=round(time.time() - started, 2),
-            straggler_ratio_max=round(mon.highest, 3) if mon else None,
-            node_rc={k: v.get("rc") for k, v in recs.items()}))
-        self._metrics()
+        duration = round(time.time() - started, 2)
+
+        def cycle_end() -> None:  # shared storage: after a time-limit requeue, not before
+            recs = evidence.exit_records(cycle.record_dir)
+            self.log.emit(EventKind.CYCLE_END, **events.CycleEnd(
+                cycle=n, rc=rc, stopped=stopped or None, duration_s=duration,
+                straggler_ratio_max=round(mon.highest, 3) if mon else None,
+                node_rc={k: v.get("rc") for k, v in recs.items()}))
+            self._metrics()
+
+        self._cycle_end = cycle_end
+        if self.signal is not Signal.USR1:
+            self._cycle_ended()
         return rc, stopped, cycle_dir, started
+
+    def _cycle_ended(self) -> None:
+        """Write the last cycle's end records, if not written yet."""
+        end, self._cycle_end = self._cycle_end, None
+        if end is not None:
+            end()
 
     def _metrics_every(self) -> None:
         while True:
@@ -298,18 +310,16 @@ class Supervisor:
 
     def _stop_step(self, record_dir: str, why: str) -> None:
         """Stop the step (``step.stop_step``, no controller involved): its tasks get
-        ``--term-timeout`` (+ a margin) to save; after SIGTERM at most 70 % of KillWait (Slurm
-        kills the batch script then); after a node fault at most ``FAULT_STOP_GRACE`` (the
-        survivors cannot finish a collective with a lost peer, and the committed checkpoint
-        or memory tier is what the next cycle loads)."""
+        ``--term-timeout`` (+ a margin) to save, capped as ``timelimit.stop_bounds`` says:
+        after SIGTERM within 70 % of KillWait (Slurm kills the batch script then); after
+        SIGUSR1 early enough that the requeue lands before the job's end time; after a node
+        fault at most ``timelimit.FAULT_STOP_GRACE`` (the survivors cannot finish a
+        collective with a lost peer, and the committed checkpoint or memory tier is what the
+        next cycle loads)."""
         assert self.proc is not None
-        grace, kill_bound = self.opts.stop_grace + 10, self.message_timeout
-        if self.signal is Signal.TERM:  # the stop and the kill within 70 % of KillWait
-            budget = max(1.0, self.kill_wait * 0.7)
-            kill_bound = min(kill_bound, max(0.5, budget * 0.15))
-            grace = min(grace, budget - kill_bound)
-        elif why.startswith(policy.NODE_FAULT):
-            grace = min(grace, FAULT_STOP_GRACE)
+        grace, kill_bound = timelimit.stop_bounds(
+            self.signal, why.startswith(policy.NODE_FAULT), self.opts.stop_grace,
+            self.kill_wait, self.message_timeout, self.end_time, time.time())
         if step.stop_step(self.proc, record_dir, grace, self.log, kill_bound):
             self.lingering = True
 
@@ -339,51 +349,3 @@ class Supervisor:
             strikes=decision.strike_totals or None, shared_fault=decision.shared_fault or None,
             evidence=[e.as_dict() for e in evs]))
         return decision
-
-    # -- endings ---------------------------------------------------------------------------
-    def _verdict(self, verdict: str, code: int, message: str, **fields: Any) -> int:
-        self._save()
-        self.log.emit(EventKind.VERDICT, **events.LaunchVerdict(
-            verdict=verdict, exit_code=code, message=message, cycles=self.node_ledger.cycles,
-            requeues=self.node_ledger.requeues, restart_count=self.alloc.restart_count,
-            committed_step=self.node_ledger.best_step), **fields)
-        self._metrics()
-        print(f"resilient-launch: {verdict}: {message} (exit {code})", flush=True)
-        return code
-
-    def _readmit(self) -> list[str]:
-        """Review the exclusions before a requeue (``launcher/exclusions.py``): readmit nodes
-        healthy since, expire old ones nothing re-confirms; the nodes that are back."""
-        r = exclusions.reconsider(
-            self.slurm, self.node_ledger, self.cfg.verdict_path, self.alloc, self.env,
-            os.path.join(self.cfg.state_dir, "readmit",
-                         f"r{self.alloc.restart_count}-c{self.node_ledger.cycles}"),
-            self.cfg.health_timeout, self.cfg.exclusion_ttl, self.log)
-        return sorted(r.readmitted)
-
-    def _requeue(self, why: str) -> int:
-        # Last look before acting: a cancelled job is never requeued.
-        if self.signal is Signal.TERM:
-            return self._act(policy.decide(self._state(Phase.FAILED, 0)))
-        back = self._readmit()
-        excluded = sorted(self.node_ledger.excluded)
-        fit = exclusions.fit(self.slurm, self.alloc.job_id, excluded, self.requested_nodes,
-                             self.node_ledger.user_excluded if back else None)
-        if fit.ok is False:
-            return self._verdict("cannot-fit", EXIT_CANNOT_FIT,
-                                 exclusions.verdict_message(fit, excluded), fit=fit.as_dict(),
-                                 excluded=excluded, wanted=why)
-        self.node_ledger.requeues += 1
-        self._save()
-        self.log.emit(EventKind.REQUEUE, **events.Requeue(
-            reason=why, excluded=excluded, readmitted=back or None,
-            restart_count=self.alloc.restart_count + 1, requeues=self.node_ledger.requeues,
-            fit=fit.as_dict()))
-        self._metrics()
-        print(f"resilient-launch: requeueing: {why}", flush=True)
-        failed = take(self.slurm, self.alloc.job_id, excluded, self.kill_wait, self.log,
-                      self.requested_nodes if len(self.alloc.nodes) != self.requested_nodes
-                      else None, self.node_ledger.user_excluded if back else None)
-        if failed is not None:
-            return self._verdict(*failed)
-        return EXIT_REQUEUED

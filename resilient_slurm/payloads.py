@@ -207,6 +207,7 @@ class Requeue(TypedDict, total=False):
     fit: dict[str, object]
     done: bool
     warning: str
+    took_s: float  # a time-limit requeue: seconds its call took (a stalled controller: more)
 
 
 class StopCycle(TypedDict, total=False):
@@ -244,6 +245,7 @@ class LaunchStart(TypedDict, total=False):
     min_nodes: int
     max_requeues: int
     kill_wait: float
+    end_time: float | None  # the job's time limit ends it then (epoch s); None: unknown
     committed_step: int | None
 
 

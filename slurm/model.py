@@ -72,6 +72,9 @@ class Job:
     held: bool = False
     exit_code: int = 0
     required: tuple[str, ...] = ()  # ReqNodeList (sbatch --nodelist)
+    # EndTime, seconds since the epoch: when a running job's time limit ends it (None: unknown,
+    # no limit, or not running)
+    end_time: float | None = field(default=None, compare=False)
     extra: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,24 @@ def _exit_code(value: Any) -> int:
     return _num(value)
 
 
+def _end_time(value: Any) -> float | None:
+    """A job's EndTime as seconds since the epoch: 22.05's one-line record gives local time
+    (``2026-12-05T01:50:00``, ``Unknown``), JSON a number or {"set", "infinite", "number"};
+    None when unset, infinite or unreadable."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value > 0 else None
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", value):
+        try:
+            return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
 def job_records(text: str) -> list[str]:
     """The records of ``scontrol -o show job`` output, one per job. A job's name or comment may
     hold a newline (user text): a line that does not start a record continues the one before."""
@@ -109,6 +128,7 @@ def _job_from_oneliner(f: Mapping[str, str]) -> Job:
             held=f.get("Priority") == "0" or reason.startswith("JobHeld"),
             exit_code=_num(f.get("ExitCode", "0").split(":")[0]),
             required=_nodes_field(f.get("ReqNodeList")),
+            end_time=_end_time(f.get("EndTime")),
             extra={k: v for k, v in (("batch_host", f.get("BatchHost")),
                                      ("partition", f.get("Partition")),
                                      ("reservation", f.get("Reservation", "").replace(
@@ -153,6 +173,7 @@ def _job_from_json(raw: Mapping[str, Any]) -> Job:
         held=priority == 0 or reason.startswith("JobHeld"),
         exit_code=_exit_code(raw.get("exit_code")),
         required=_nodes_field(raw.get("required_nodes")),
+        end_time=_end_time(raw.get("end_time")),
         extra={k: str(raw[k]) for k in ("batch_host", "comment", "partition", "reservation",
                                         "user_name") if k in raw},
     )

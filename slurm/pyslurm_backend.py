@@ -20,6 +20,7 @@ from resilient_slurm.slurm.cli_backend import (
 )
 from resilient_slurm.slurm.hostlist import expand
 from resilient_slurm.slurm.model import Job, Node, SlurmError
+from resilient_slurm.slurm.parse import _end_time
 
 
 class PySlurm(CliSlurm):
@@ -80,6 +81,7 @@ class PySlurm(CliSlurm):
             reason=str(getattr(j, "state_reason", "") or ""),
             held=int(getattr(j, "priority", 1) or 0) == 0,
             required=tuple(expand(required)) if required else (),
+            end_time=_end_time(getattr(j, "end_time", None)),
         )
 
     def drain(self, node: str, reason: str) -> None:

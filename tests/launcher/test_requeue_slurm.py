@@ -10,9 +10,12 @@ job still ends requeued. Never held, whatever fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -98,10 +101,10 @@ def _submit_root(slurm, sandbox, tmp_path, name: str, script_args: list[str],
     return jid, out
 
 
-def _submit_sleep(slurm, sandbox, tmp_path, requeue_opt: str) -> int:
+def _submit_sleep(slurm, sandbox, tmp_path, requeue_opt: str, *more: str) -> int:
     script = tmp_path / "sleep.sbatch"
     script.write_text("#!/bin/bash\nexec sleep 600\n")
-    return slurm.submit(str(script), ["-N1", requeue_opt, "--output=/dev/null"],
+    return slurm.submit(str(script), ["-N1", requeue_opt, "--output=/dev/null", *more],
                         env={**os.environ, "SLURM_CONF": sandbox.conf})
 
 
@@ -144,16 +147,66 @@ def test_a_refused_requeue_is_an_error_and_the_job_runs_on(clean, sandbox, slurm
         slurm.cancel(jid)
 
 
-def test_a_refused_update_after_the_requeue_still_never_holds(clean, sandbox, slurm,
-                                                              tmp_path) -> None:
-    from resilient_slurm.launcher import requeue
+def test_time_limit_requeue_comes_first_and_a_refused_update_never_holds(clean, sandbox, slurm,
+                                                                        tmp_path) -> None:
+    """The launcher's time-limit requeue (after SIGUSR1) with the job's events file on a
+    stalled filesystem (a FIFO nobody reads: every write blocks, as on a hung server): the job
+    is requeued while the launcher is still blocked on that file, so the requeue came before
+    any write to it; the end time comes from the job record; the update it cannot apply (an
+    unknown node to exclude) is a warning and the job still ends requeued, never held."""
+    from resilient_slurm.events import read_events
+    from resilient_slurm.launcher import plan, timelimit
+    from resilient_slurm.launcher import supervisor as sup
+    from resilient_slurm.launcher.exits import EXIT_REQUEUED
+    from resilient_slurm.launcher.policy import Signal
 
-    jid = _submit_sleep(slurm, sandbox, tmp_path, "--requeue")
+    jid = _submit_sleep(slurm, sandbox, tmp_path, "--requeue", "--time=10")
+    old_term = signal.getsignal(signal.SIGTERM)
     try:
-        _wait_running(slurm, jid)
-        res = requeue.requeue_excluding(slurm, jid, ["no-such-node"], budget_s=4.0)
-        assert res.requeued and "ExcNodeList/request not updated" in res.error, res
+        job = _wait_running(slurm, jid)
+        cfg = sup.Settings(checkpoint_dir=str(tmp_path / "ck"), state_dir=str(tmp_path / "st"),
+                           min_nodes=1)
+        s = sup.Supervisor(slurm, plan.Allocation(job_id=jid, nodes=job.nodes),
+                           plan.LaunchOptions(script="t.py"), plan.Features(frozenset()), cfg,
+                           {})
+        s.kill_wait = slurm.kill_wait()
+        s.end_time = timelimit.job_end({}, slurm, jid)
+        assert s.end_time is not None and 300 < s.end_time - time.time() <= 600, s.end_time
+        s.node_ledger.exclude("no-such-node", "test")
+        s.signal = Signal.USR1
+        events = os.path.join(cfg.state_dir, "events.jsonl")
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        os.mkfifo(events)
+        seen: list = []
+        written: list[bytes] = []
+        done = threading.Event()
+
+        def watch() -> None:  # the requeue, seen while nothing could be written yet
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not seen:
+                if (j := slurm.job(jid)).restart_count >= 1:
+                    seen.append(j)
+                time.sleep(0.1)
+            while not done.is_set():  # the filesystem answers again
+                with open(events, "rb") as fh:
+                    written.append(fh.read())
+
+        th = threading.Thread(target=watch, daemon=True)
+        th.start()
+        rc = s._requeue("SIGUSR1 received (time limit warning)")
+        done.set()
+        with contextlib.suppress(OSError):  # a reader waiting for the next writer
+            os.close(os.open(events, os.O_WRONLY | os.O_NONBLOCK))
+        th.join(10)
+        assert seen, "not requeued while the launcher was blocked on its events file"
+        assert rc == EXIT_REQUEUED
+        (tmp_path / "events.jsonl").write_bytes(b"".join(written))
+        evs = [e for e in read_events(str(tmp_path / "events.jsonl"))
+               if e["kind"] == "requeue"]
+        assert evs[0]["reason"].startswith("SIGUSR1") and evs[0]["took_s"] < 10, evs
+        assert "ExcNodeList/request not updated" in evs[1]["warning"], evs
         job = slurm.job(jid)
         assert not job.held and job.restart_count == 1 and not job.excluded, job
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         slurm.cancel(jid)
