@@ -25,7 +25,10 @@ never loses what it measured; ``render`` rebuilds ``results.md``, ``chart.png``,
   node count, 4 to 64 nodes (``bench/scale_slurm.py``, ``scale-launcher.json``), fitted; and
   the memory tiers' part (``bench/scale_state.py``, ``scale-state.json``): what a reshard
   moves, what a restore reads, what a save adds to a step and the sockets per process,
-  against state and world size.
+  against state and world size; and the time-limit part (``bench/scale_usr1.py``,
+  ``scale-usr1.json``, also alone: ``--only scale-usr1``): with slurmctld frozen for 60 s and
+  the checkpoint directory stalled, a time-limit USR1 still ends in a committed save and a
+  requeued job before the job's end.
 
 Goodput everywhere is ``resilient_slurm.goodput``'s (also ``resilient-slurm report`` and the
 demo). The machine's load average is saved with every section.
@@ -60,6 +63,7 @@ RESULTS = REPO / "bench" / "results"
 SECTIONS = ("compare-production-sparse", "cost-curve", "compare-production-dense",
             "compare-fast-sparse", "compare-fast-dense", "hooks", "checkpointing", "inprocess",
             "tiers", "scale", "render")
+PARTS = ("scale-usr1",)  # a part of a section above, also run alone (--only)
 HB_TIMEOUT_S = 20.0  # heartbeat (resilient-launch, ft_launcher) = baseline's collective timeout
 CURVE_SIZES = (4, 8, 16, 32)
 
@@ -223,6 +227,12 @@ def run_section(name: str, a: argparse.Namespace, out: Path, work: str) -> None:
         save(out, "scale-launcher", scale_slurm.section(  # controller RPCs per job vs nodes
             os.path.join(sub, "sandbox"), [4, 8, 16, 32, 64], 120.0))
         save(out, "scale-state", {"load_avg_at_start": load, **scale_state.run()})
+        run_section("scale-usr1", a, out, work)
+    elif name == "scale-usr1":  # the time-limit part of scale
+        import scale_usr1
+
+        save(out, name, scale_usr1.section(
+            os.path.join(sub, "sandbox"), command="bench/run_all.py --only scale-usr1"))
     elif name == "render":
         render_all(out)
     else:
@@ -234,7 +244,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--dir", default=None, help="sandbox and run directory (default: temp)")
     ap.add_argument("--only", default=",".join(SECTIONS),
-                    help=f"comma list of sections ({', '.join(SECTIONS)})")
+                    help=f"comma list of sections ({', '.join(SECTIONS + PARTS)})")
     ap.add_argument("--sizes", default=",".join(map(str, CURVE_SIZES)),
                     help="cost curve node counts")
     ap.add_argument("--repeat", type=int, default=1,
@@ -247,9 +257,10 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda n, _f: sys.exit(128 + n))
     names = [x.strip() for x in a.only.split(",") if x.strip()]
-    bad = [n for n in names if n not in SECTIONS]
+    bad = [n for n in names if n not in SECTIONS + PARTS]
     if bad:
-        ap.error(f"unknown section(s) {', '.join(bad)}; sections: {', '.join(SECTIONS)}")
+        ap.error(f"unknown section(s) {', '.join(bad)}; sections: "
+                 f"{', '.join(SECTIONS + PARTS)}")
     work = a.dir or tempfile.mkdtemp(prefix="rs-bench-")
     os.makedirs(work, exist_ok=True)
     os.chmod(work, 0o755)
