@@ -10,7 +10,7 @@ where Slurm exports it, else ``EndTime`` from the job's record).
   kill of a step that does not end are capped so that :func:`requeue_reserve` seconds are
   left before the end; the requeue call is then retried until shortly before the end
   (:func:`requeue_window`), so a controller that stalls longer than KillWait still takes it
-  when it answers. Unknown end time: the grace is the user's and the requeue window KillWait's.
+  when it answers (at most 10 minutes). Unknown end time: the grace is the user's and the requeue window KillWait's.
 * SIGTERM: Slurm kills the batch script KillWait after it; the stop and the kill of the step
   take at most 70 % of it.
 * A node fault: the survivors cannot finish a collective with a lost peer: at most
@@ -30,6 +30,8 @@ from resilient_slurm.slurm import SlurmBackend, SlurmError
 FAULT_STOP_GRACE = 5.0  # seconds a step stopped for a node fault gets before it is killed
 END_MARGIN = 2.0  # seconds before the end time at which the requeue call gives up
 STOP_EXTRA = 10.0  # seconds past --term-timeout that the step gets to end by itself
+WINDOW_MAX = 600.0  # the longest a time-limit requeue waits for the controller (an unlimited
+#                     job's EndTime is a year away)
 
 
 def job_end(env: Mapping[str, str], slurm: SlurmBackend, job_id: int,
@@ -74,9 +76,9 @@ def stop_bounds(sig: Signal, node_fault: bool, stop_grace: float, kill_wait: flo
 def requeue_window(sig: Signal, kill_wait: float, end_time: float | None,
                    now: float) -> float:
     """Seconds the requeue call itself may be retried: after SIGUSR1 until ``END_MARGIN``
-    before the end time (a stalled controller takes it when it answers), never less than
-    the KillWait budget; otherwise the KillWait budget."""
+    before the end time (a stalled controller takes it when it answers), at most
+    ``WINDOW_MAX``, never less than the KillWait budget; otherwise the KillWait budget."""
     budget = budget_for(kill_wait)
     if sig is Signal.USR1 and end_time is not None:
-        return max(budget, end_time - now - END_MARGIN)
+        return max(budget, min(WINDOW_MAX, end_time - now - END_MARGIN))
     return budget

@@ -56,6 +56,8 @@ def test_the_time_limit_requeue_is_retried_until_shortly_before_the_end() -> Non
         120 - timelimit.END_MARGIN
     assert timelimit.requeue_window(Signal.USR1, KW, now + 5, now) == requeue.budget_for(KW)
     assert timelimit.requeue_window(Signal.NONE, KW, now + 120, now) == requeue.budget_for(KW)
+    year = 365 * 86400  # an unlimited job's EndTime: the wait stays bounded
+    assert timelimit.requeue_window(Signal.USR1, KW, now + year, now) == timelimit.WINDOW_MAX
 
 
 def test_end_time_from_environment_and_job_records() -> None:
