@@ -10,7 +10,8 @@ where Slurm exports it, else ``EndTime`` from the job's record).
   kill of a step that does not end are capped so that :func:`requeue_reserve` seconds are
   left before the end; the requeue call is then retried until shortly before the end
   (:func:`requeue_window`), so a controller that stalls longer than KillWait still takes it
-  when it answers (at most 10 minutes). Unknown end time: the grace is the user's and the requeue window KillWait's.
+  when it answers (at most 10 minutes). Unknown end time: the grace is the user's and the
+  requeue window KillWait's.
 * SIGTERM: Slurm kills the batch script KillWait after it; the stop and the kill of the step
   take at most 70 % of it.
 * A node fault: the survivors cannot finish a collective with a lost peer: at most
