@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import BIN, TRAIN_SCRIPT  # noqa: E402
 
 from resilient_slurm.events import read_events  # noqa: E402
+from resilient_slurm.launcher.observe import EventTail  # noqa: E402
 from resilient_slurm.sandbox import lifecycle  # noqa: E402
 from resilient_slurm.slurm import connect  # noqa: E402
 from resilient_slurm.training.layout import latest_committed_step  # noqa: E402
@@ -99,21 +100,36 @@ def _submit(root: str, work: str, minutes: int) -> tuple[int, str, str]:
     return int(r.stdout.strip().split(";")[0]), ckpt, os.path.join(ckpt, ".resilient")
 
 
-def _first(state: str, pred: Any, until: float, step: float = 0.1) -> dict[str, Any] | None:
-    while time.time() < until:
-        for e in _events(state):
-            if pred(e):
-                return e
-        time.sleep(step)
-    return None
+class Seen:
+    """The job's events as they come (one incremental reader: the bench polls every 0.05 s on
+    the same 2 cores as the job)."""
+
+    def __init__(self, state: str) -> None:
+        self.tail = EventTail(os.path.join(state, "events.jsonl"))
+        self.all: list[dict[str, Any]] = []
+
+    def first(self, pred: Any, until: float, step: float = 0.1) -> dict[str, Any] | None:
+        """The first event, seen or to come before ``until`` (epoch s), that ``pred`` takes."""
+        todo = list(self.all)
+        while True:
+            for e in todo:
+                if pred(e):
+                    return e
+            if time.time() >= until:
+                return None
+            time.sleep(step)
+            self.tail.read()
+            todo = list(self.tail.fresh)
+            self.all += todo
 
 
 def measure(root: str, minutes: int, freeze: float) -> dict[str, Any]:
     slurm = connect(conf=os.path.join(root, "etc", "slurm.conf"), backend="cli", timeout=30)
     jid, ckpt, state = _submit(root, os.path.join(root, "users", "bench-usr1"), minutes)
     deadline = time.time() + minutes * 60 + 300
-    start = _first(state, lambda e: e.get("kind") == "progress" and e.get("step", 0) >= 1,
-                   deadline, 1.0)
+    seen = Seen(state)
+    start = seen.first(lambda e: e.get("kind") == "progress" and e.get("step", 0) >= 1,
+                       deadline, 1.0)
     if start is None:
         raise RuntimeError(f"job {jid}: no training step before its end")
     end_time = slurm.job(jid).end_time
@@ -121,8 +137,8 @@ def measure(root: str, minutes: int, freeze: float) -> dict[str, Any]:
         raise RuntimeError(f"job {jid}: no end time in its record")
     print(f"job {jid} trains; end time in {end_time - time.time():.0f} s; waiting for "
           f"Slurm's USR1 (@{WARN_S})", flush=True)
-    stop = _first(state, lambda e: e.get("kind") == "stop_cycle"
-                  and "SIGUSR1" in str(e.get("reason")), end_time + 60, 0.05)
+    stop = seen.first(lambda e: e.get("kind") == "stop_cycle"
+                      and "SIGUSR1" in str(e.get("reason")), end_time + 60, 0.05)
     if stop is None:
         raise RuntimeError(f"job {jid}: the launcher never acted on a USR1")
     t_usr1 = float(stop["ts"])
@@ -131,8 +147,8 @@ def measure(root: str, minutes: int, freeze: float) -> dict[str, Any]:
     print(f"USR1 acted on {end_time - t_usr1:.0f} s before the end; slurmctld frozen for "
           f"{freeze:g} s and {ckpt} stalled", flush=True)
     with stalled_dir(os.path.join(ckpt, "stalled")):
-        ended = _first(state, lambda e: e.get("kind") in ("requeue", "verdict")
-                       and float(e.get("ts", 0)) >= t_usr1, end_time + 60, 0.1)
+        ended = seen.first(lambda e: e.get("kind") in ("requeue", "verdict")
+                           and float(e.get("ts", 0)) >= t_usr1, end_time + 60, 0.1)
         stall.wait(timeout=freeze + 30)
         t_thaw = time.time()
         time.sleep(2)
