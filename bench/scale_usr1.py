@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import BIN, TRAIN_SCRIPT  # noqa: E402
+from harness import BIN, TERMINAL, TRAIN_SCRIPT  # noqa: E402
 
 from resilient_slurm.events import read_events  # noqa: E402
 from resilient_slurm.launcher.observe import EventTail  # noqa: E402
@@ -85,7 +85,9 @@ def _submit(root: str, work: str, minutes: int) -> tuple[int, str, str]:
     os.makedirs(os.path.join(ckpt, "stalled"), exist_ok=True)  # the stall's mount point
     argv = [str(BIN / "resilient-launch"), "--nproc-per-node=1", "--max-restarts=1",
             "--max-requeues=1", "--term-timeout=30", "--heartbeat-timeout=60",
-            "--initial-heartbeat-timeout=300", str(TRAIN_SCRIPT), "--checkpoint-dir", ckpt,
+            "--initial-heartbeat-timeout=300",
+            f"--verdict-path={os.path.join(root, 'verdicts', '{node}.json')}",
+            str(TRAIN_SCRIPT), "--checkpoint-dir", ckpt,
             "--steps=100000", "--checkpoint-every=100000", "--step-sleep=0.3", "--threads=1",
             "--log-every=1"]
     script = Path(work, "job.sbatch")
@@ -108,14 +110,16 @@ class Seen:
         self.tail = EventTail(os.path.join(state, "events.jsonl"))
         self.all: list[dict[str, Any]] = []
 
-    def first(self, pred: Any, until: float, step: float = 0.1) -> dict[str, Any] | None:
-        """The first event, seen or to come before ``until`` (epoch s), that ``pred`` takes."""
+    def first(self, pred: Any, until: float, step: float = 0.1,
+              gone: Any = None) -> dict[str, Any] | None:
+        """The first event, seen or to come before ``until`` (epoch s), that ``pred`` takes;
+        None also once ``gone()`` says the job ended."""
         todo = list(self.all)
         while True:
             for e in todo:
                 if pred(e):
                     return e
-            if time.time() >= until:
+            if time.time() >= until or (gone is not None and gone()):
                 return None
             time.sleep(step)
             self.tail.read()
@@ -129,9 +133,11 @@ def measure(root: str, minutes: int, freeze: float) -> dict[str, Any]:
     deadline = time.time() + minutes * 60 + 300
     seen = Seen(state)
     start = seen.first(lambda e: e.get("kind") == "progress" and e.get("step", 0) >= 1,
-                       deadline, 1.0)
+                       deadline, 1.0, lambda: slurm.job(jid).state in TERMINAL)
     if start is None:
-        raise RuntimeError(f"job {jid}: no training step before its end")
+        out = "".join(p.read_text(errors="replace")[-2000:]
+                      for p in Path(os.path.dirname(ckpt)).glob("slurm-*.out"))
+        raise RuntimeError(f"job {jid}: no training step ({slurm.job(jid).state}): {out}")
     end_time = slurm.job(jid).end_time
     if end_time is None:
         raise RuntimeError(f"job {jid}: no end time in its record")
