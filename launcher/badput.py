@@ -129,6 +129,9 @@ def account(events: list[dict[str, Any]], rep: report.Report) -> Badput:
     last_fault: FaultCost | None = None
     prev: tuple[float, int] | None = None  # the last mark while training runs
     steps = goodput._Steps()
+    # a fault's last step while its run has not restarted: the other ranks' marks of that
+    # step (or the next), written as the fault spreads, are that run's tail, not a new run
+    tail_of: int | None = None
     ranks = 1
     saves = 0.0
     t = rep.start
@@ -148,6 +151,12 @@ def account(events: list[dict[str, Any]], rep: report.Report) -> Badput:
         if kind == EventKind.CHECKPOINT and isinstance(e.get("save_s"), (int, float)):
             saves += float(e["save_s"])
         is_fault = report.is_fault_event(e)
+        if kind in (EventKind.RENDEZVOUS, EventKind.CYCLE_START, EventKind.LAUNCH_START) or (
+                kind == EventKind.RESUME and e.get("source") == "training"):
+            tail_of = None
+        if kind == mark_kind and prev is None and tail_of is not None and step is not None \
+                and step <= tail_of + 1:
+            continue
         row = next(rows, None) if is_fault else None
         if kind == mark_kind and step is not None and prev is not None:
             if step > prev[1]:
@@ -166,6 +175,7 @@ def account(events: list[dict[str, Any]], rep: report.Report) -> Badput:
             else:
                 charge(state, ts - t, pending)
             t, prev, pending, last_fault = ts, None, cost, cost
+            tail_of = row.step if row.what != "signal" and isinstance(row.step, int) else None
             state = "hang_detection" if row.detected_s is not None else "recovery"
             continue
         starts_run = (kind == mark_kind and step is not None) or (

@@ -41,6 +41,19 @@ def test_causes_add_up_to_the_wall_and_each_fault_gets_its_share() -> None:
     assert node.recovery_s == pytest.approx(sum(node.seconds.values()) - 2.5)
 
 
+def test_a_mark_written_as_the_fault_spreads_is_the_old_runs_tail() -> None:
+    """Another rank's step mark 40 ms after the node fault (seen on the sandbox under load):
+    the fault keeps its requeue wait and recovery, as without the mark."""
+    events = _job()
+    at = next(i for i, e in enumerate(events) if e.get("type") == "node")
+    events.insert(at + 1, {"ts": events[at]["ts"] + 0.04, "kind": "progress",
+                           "source": "training", "step": 13})
+    _, b = _account(events)
+    node = b.faults[1]
+    assert node.node == "n1" and node.seconds == pytest.approx(
+        {"wasted_progress": 2.5, "recovery": 7.5, "requeue_wait": 20.0}), node.seconds
+
+
 def test_hang_detection_is_its_own_cause() -> None:
     _, b = _account(_job(hang=True))
     hang = b.faults[0]
