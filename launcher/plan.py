@@ -281,8 +281,9 @@ def nodelist_option(nodes: Sequence[str], nodefile: str = "") -> str:
 
 def srun_command(nodes: Sequence[str], inner: Sequence[str], extra: Sequence[str] = (),
                  job_id: int | None = None, nodefile: str = "") -> list[str]:
-    """One task per node on exactly ``nodes``, task i (``SLURM_PROCID``) on ``nodes[i]``."""
-    argv = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+    """One task per node on ``nodes``, task i on ``nodes[i]`` (no ``--nodes``: 24.11+ refuses
+    it beside ``--distribution=arbitrary``)."""
+    argv = ["srun", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             nodelist_option(nodes, nodefile), rank_pin.SRUN_DISTRIBUTION,
             "--kill-on-bad-exit=1", "--unbuffered"]
     if job_id is not None:
@@ -347,12 +348,11 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes
 # Task-level requests of the batch step that srun reads from its environment (srun(1), INPUT
 # ENVIRONMENT VARIABLES). The training step runs ONE task per node (ft_launcher) that must get
 # the whole node: sbatch --gpus-per-task=1 would otherwise give it one GPU, --cpus-per-task=2
-# two CPUs, --cpu-bind/--gpu-bind a per-task binding. --ntasks(-per-node) are set explicitly.
+# two CPUs, --cpu-bind/--gpu-bind a per-task binding; the task layout is rank_pin.py's.
 TASK_LEVEL_ENV = ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_TASK",
                   "SLURM_NTASKS_PER_GPU", "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_SOCKET",
                   "SLURM_NTASKS_PER_TRES", "SLURM_CPU_BIND", "SLURM_GPU_BIND",
-                  "SLURM_DISTRIBUTION", "SLURM_MEM_PER_CPU", "SLURM_MEM_BIND",
-                  "SLURM_HOSTFILE")  # the task layout is the node ranks' (launcher/rank_pin.py)
+                  "SLURM_DISTRIBUTION", "SLURM_MEM_PER_CPU", "SLURM_MEM_BIND", "SLURM_HOSTFILE")
 
 
 def step_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -100,7 +100,8 @@ def test_plan_cycle_srun_line(tmp_path) -> None:
                           ["node1", "node2"], {"node1": "10.0.0.1", "node2": "10.0.0.2"}, 1,
                           str(tmp_path))
     argv = list(cycle.argv)
-    assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=1" in argv
+    assert argv[0] == "srun" and "--ntasks=2" in argv and "--ntasks-per-node=1" in argv
+    assert not any(a.startswith("--nodes") for a in argv)  # 24.11+: not beside arbitrary
     assert "--nodelist=node1,node2" in argv and "--jobid=9" in argv
     assert cycle.endpoint.startswith("10.0.0.1:")
     files = dict(cycle.files)
