@@ -55,8 +55,8 @@ def program(ft_launcher: str, version: str) -> list[str]:
     """The command that starts ft_launcher on each node: ``ft_launcher`` itself, or on NVRx
     0.4.x (when the user did not name another program) this module, which runs the same
     ft_launcher with its node ranks in ``SLURM_PROCID`` order."""
-    if ft_launcher == DEFAULT_FT_LAUNCHER and needs_pin(version):
-        return [sys.executable, "-m", "resilient_slurm.launcher.rank_pin"]
+    if ft_launcher == DEFAULT_FT_LAUNCHER and needs_pin(version):  # named: plans read as such
+        return [sys.executable, "-m", "resilient_slurm.launcher.rank_pin", DEFAULT_FT_LAUNCHER]
     return [ft_launcher]
 
 
@@ -76,8 +76,13 @@ def pin(rendezvous: Any, procid: int) -> None:
 
 
 def main() -> None:
-    """``python -m resilient_slurm.launcher.rank_pin FT_LAUNCHER_ARGS...``: NVRx 0.4.x's
-    ft_launcher with its node ranks in srun's task order."""
+    """``python -m resilient_slurm.launcher.rank_pin ft_launcher FT_LAUNCHER_ARGS...``: NVRx
+    0.4.x's ft_launcher with its node ranks in srun's task order."""
+    if sys.argv[1:2] != [DEFAULT_FT_LAUNCHER]:
+        print(f"usage: python -m resilient_slurm.launcher.rank_pin {DEFAULT_FT_LAUNCHER} "
+              "[ft_launcher's arguments]", file=sys.stderr, flush=True)
+        sys.exit(2)
+    del sys.argv[1]
     if sys.path[:1] in ([""], [os.getcwd()]):  # as the ft_launcher script: not the job's cwd
         del sys.path[0]
     from nvidia_resiliency_ext.fault_tolerance import _ft_rendezvous, launcher

@@ -83,13 +83,13 @@ def test_long_node_lists_keep_their_order_in_the_nodefile(tmp_path) -> None:
 def test_nvrx_041_runs_through_the_pin_and_newer_ones_as_they_are() -> None:
     assert rank_pin.needs_pin("0.4.1") and not rank_pin.needs_pin("0.5.0")
     assert not rank_pin.needs_pin("0.7.0") and not rank_pin.needs_pin("")
-    assert rank_pin.program("ft_launcher", "0.4.1")[1:] == ["-m",
-                                                           "resilient_slurm.launcher.rank_pin"]
+    assert rank_pin.program("ft_launcher", "0.4.1")[1:] == [
+        "-m", "resilient_slurm.launcher.rank_pin", "ft_launcher"]
     assert rank_pin.program("ft_launcher", "0.6.0") == ["ft_launcher"]
     assert rank_pin.program("/opt/my_ft", "0.4.1") == ["/opt/my_ft"]  # the user's own
     argv = plan.ft_command(plan.LaunchOptions(script="t.py"), plan.Features(frozenset(), "0.4.1"),
                            2, "h:1", "r")
-    assert argv[1:3] == ["-m", "resilient_slurm.launcher.rank_pin"]
+    assert argv[1:4] == ["-m", "resilient_slurm.launcher.rank_pin", "ft_launcher"]
 
 
 @settings(deadline=None)  # the first example imports NVRx (and torch)

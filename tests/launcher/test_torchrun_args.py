@@ -139,6 +139,7 @@ def test_any_torchrun_line(opts, eq, script_args) -> None:
     ctx = cli.main.make_context("resilient-launch", list(argv))
     ft = plan.ft_command(cli.launch_options(ctx), plan.Features(FLAGS, "0.4.1"), 4,
                          "node1:29400", "rs-77-r0-c1", log_dir="/state/torchelastic/{node}")
+    ft = ft[ft.index("ft_launcher"):]  # on NVRx 0.4.x behind the rank pin (launcher/rank_pin.py)
     if any(f == "-m" for f, _t, _v in opts):
         assert ft[:ft.index("train.py")].count("-m") == 1
     script = ft.index("train.py")
