@@ -342,11 +342,12 @@ def build(events: list[dict[str, Any]], submitted: float | None = None) -> Repor
 def _resumed_step(events: list[dict[str, Any]], j: int | None) -> int | None:
     """The step of the training's first resume from ``events[j]`` (the recovery; NVRx's first
     heartbeat may come before it) on, before any other fault."""
-    for k, e in enumerate(events[j:] if j is not None else ()):
-        if _training_resume(e):
-            step = e.get("step")
+    start = len(events) if j is None else j
+    for k in range(start, len(events)):  # indexes: no copy of the events per fault
+        if _training_resume(events[k]):
+            step = events[k].get("step")
             return step if isinstance(step, int) else None
-        if k and is_fault_event(e):
+        if k > start and is_fault_event(events[k]):
             return None
     return None
 
