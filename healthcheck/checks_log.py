@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from resilient_slurm.healthcheck.config import HealthConfig
 
-from .kernlog import LogEvent, LogRead
-from .klog_rdma import mlx5_rule_for
+from .klog.rdma import mlx5_rule_for
+from .klog.sources import LogEvent, LogRead
 from .model import FAIL, OK, UNKNOWN, WARN, Result
 from .policy import XidPolicy, XidRule, efa_rule_for, worst_action
 from .registry import EVERY_SET, declare
-from .xid_decode import line_rule
+from .xid.decode import line_rule
 
 
 @dataclass
@@ -147,7 +147,7 @@ _SXID_STATUS = {"fatal": FAIL, "unknown": UNKNOWN, "nonfatal": WARN, "correctabl
 
 @declare("sxid", "kernlog", EVERY_SET, context="log")
 def evaluate_sxid(read: LogRead, ctx: LogContext) -> list[Result]:
-    """SXids by the severity the driver wrote (:func:`.klogparse.sxid_meaning`): Fatal fails
+    """SXids by the severity the driver wrote (:func:`.klog.parse.sxid_meaning`): Fatal fails
     with a hold, Non-fatal warns, Correctable is ok, anything else is ``unknown``."""
     check = "sxid"
     if read.error:
@@ -206,7 +206,7 @@ def evaluate_efa_driver(read: LogRead, ctx: LogContext) -> list[Result]:
 
 @declare("ib_driver", "kernlog", EVERY_SET, context="log")
 def evaluate_ib_driver(read: LogRead, ctx: LogContext) -> list[Result]:
-    """mlx5 (ConnectX: InfiniBand, RoCE) driver lines (:mod:`.klog_rdma`, ``mlx5.toml``): a
+    """mlx5 (ConnectX: InfiniBand, RoCE) driver lines (:mod:`.klog.rdma`, ``mlx5.toml``): a
     fatal device error or a failing firmware health poll fails with a hold (per PCI
     function); a command failure other than the routine ones (``ACCESS_REG``) and a port
     module error warn; port state changes are counted, and a link that went down warns."""

@@ -26,7 +26,7 @@ from resilient_slurm import fsutil
 from .checks_gpu import GpuContext
 from .gpu import GpuInfo, GpuSnapshot
 from .gpu_judge import _r, _unusable
-from .klogpos import read_trusted_json
+from .klog.position import read_trusted_json
 from .model import OK, UNKNOWN, WARN, Result
 from .registry import PERIODIC, declare
 

@@ -31,13 +31,13 @@ from . import checks_rates as cr
 from . import tools
 from . import validate_checks as vc
 from .gpu import GpuBackend, GpuSnapshot, gather_gpus
-from .kernlog import LogRead, PositionStore, norm_pci, safe_read
+from .klog.sources import LogRead, PositionStore, norm_pci, safe_read
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
 from .profiles import Selection, select_profile
 from .registry import REGISTRY, SET_NAMES, RunContext
 from .sysfs import nvidia_pci_devices, read_rdma
-from .xid_history import AppXidHistory
+from .xid.history import AppXidHistory
 
 if TYPE_CHECKING:  # built by the set-up (.seams.seams_for), which imports the engine
     from .seam_value import Seams

@@ -73,7 +73,7 @@ class XidRule:
     meaning: str
     source: str
     mapped: bool = True  # False: not in this generation's map (unknown: fails closed, no hold)
-    decode: str = ""  # "154" | "nvlink5": the line's own text decides (see xid_decode)
+    decode: str = ""  # "154" | "nvlink5": the line's own text decides (see xid/decode.py)
     warn: bool = False  # a decoded line the driver calls non-fatal that no row lists: warn only
     repeat_suspect: bool = False  # restart_app whose repeats across runs suspect the GPU
 
@@ -170,7 +170,7 @@ def catalog_rule(entry: CatalogEntry, columns: tuple[str, ...]) -> XidRule | Non
         decode = "154" if entry.code == 154 else "nvlink5"
         action = "drain"  # only when the line cannot be decoded (then it is unknown anyway)
     elif entry.immediate == "WORKFLOW_NVLINK_ERR":
-        decode = "74"  # the registers may say the line can be ignored (xid_decode)
+        decode = "74"  # the registers may say the line can be ignored (xid/decode.py)
     # WORKFLOW_XID_13 / _31 (investigatory): repeats on the same GPU across runs are a
     # possible hardware fault; no other RESTART_APP code has such a rule.
     suspect = entry.investigatory in ("WORKFLOW_XID_13", "WORKFLOW_XID_31")

@@ -11,7 +11,7 @@ from resilient_slurm.config import Config
 
 if TYPE_CHECKING:
     from .gpu import GpuBackend
-    from .kernlog import KernelLogSource
+    from .klog.sources import KernelLogSource
 
 
 @dataclass

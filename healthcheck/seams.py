@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from resilient_slurm.config import Config
 
-from .kernlog import JournalSource, KernelLogSource, LogRead, real_source, safe_read
+from .klog.sources import JournalSource, KernelLogSource, LogRead, real_source, safe_read
 from .seam_value import Seams
 
 if TYPE_CHECKING:

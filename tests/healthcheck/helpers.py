@@ -9,7 +9,7 @@ from resilient_slurm.config import Config, load_config
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord
+from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord
 from resilient_slurm.healthcheck.policy import load_policy
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.kernlog import parse_line
+from resilient_slurm.healthcheck.klog.sources import parse_line
 
 from .helpers import ctx, read
 

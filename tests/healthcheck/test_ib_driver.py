@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilient_slurm.healthcheck import checks_log as cl
-from resilient_slurm.healthcheck.kernlog import parse_line
-from resilient_slurm.healthcheck.klog_rdma import parse_rdma
+from resilient_slurm.healthcheck.klog.rdma import parse_rdma
+from resilient_slurm.healthcheck.klog.sources import parse_line
 from resilient_slurm.healthcheck.policy import efa_rules
 from resilient_slurm.healthcheck.seams import check_node
 

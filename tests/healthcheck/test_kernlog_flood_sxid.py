@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, safe_read
+from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord, safe_read
 from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.policy import load_policy
 from resilient_slurm.healthcheck.seams import check_node

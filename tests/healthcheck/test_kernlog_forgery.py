@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, parse_line
-from resilient_slurm.healthcheck.klogparse import journal_record, kmsg_record, parse_message
+from resilient_slurm.healthcheck.klog.parse import journal_record, kmsg_record, parse_message
+from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord, parse_line
 from resilient_slurm.healthcheck.policy import efa_rules, load_policy
 from resilient_slurm.healthcheck.seams import check_node
 

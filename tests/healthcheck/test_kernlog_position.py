@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from resilient_slurm.healthcheck import kernlog, seams
+from resilient_slurm.healthcheck import seams
+from resilient_slurm.healthcheck.klog import sources
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
 
@@ -132,7 +133,7 @@ def test_journal_source_cursors(tmp_path):
     bindir = str(tmp_path / "bin")
     fake_journalctl(bindir, [rec(1, "hello"),
                              rec(2, "NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x, off bus")])
-    src = kernlog.JournalSource(bindir)
+    src = sources.JournalSource(bindir)
     first = src.read(None, 5)
     assert not first.error and [e.code for e in first.events] == [79]
     assert first.position and first.position["cursor"] == "s=abc;i=2"
@@ -146,24 +147,24 @@ def test_journal_source_cursors(tmp_path):
 def test_journal_source_failures_are_errors(tmp_path, mode):
     bindir = str(tmp_path / "bin")
     fake_journalctl(bindir, [], mode)
-    read = kernlog.safe_read(kernlog.JournalSource(bindir), None, 0.5)
+    read = sources.safe_read(sources.JournalSource(bindir), None, 0.5)
     assert read.error
 
 
 def test_journal_missing_is_an_error(tmp_path):
-    read = kernlog.safe_read(kernlog.JournalSource(str(tmp_path)), None, 1)
+    read = sources.safe_read(sources.JournalSource(str(tmp_path)), None, 1)
     assert "not found" in read.error
 
 
 def test_kmsg_unreadable_is_an_error(tmp_path):
-    read = kernlog.safe_read(kernlog.KmsgSource(str(tmp_path / "no-kmsg")), None, 1)
+    read = sources.safe_read(sources.KmsgSource(str(tmp_path / "no-kmsg")), None, 1)
     assert read.error and read.position is None
 
 
 @pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg not readable here")
 def test_real_kmsg_position_advances():
-    src = kernlog.KmsgSource()
-    first = kernlog.safe_read(src, None, 2)
+    src = sources.KmsgSource()
+    first = sources.safe_read(src, None, 2)
     if first.error:
         pytest.skip(first.error)
     assert first.position and first.position["source"] == "kmsg"

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resilient_slurm.healthcheck import kernlog
-from resilient_slurm.healthcheck.klogpos import plausible
+from resilient_slurm.healthcheck.klog import sources
+from resilient_slurm.healthcheck.klog.position import plausible
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks.health_cli import main as health_cli
@@ -138,11 +138,11 @@ def test_no_corrupt_position_hides_an_xid_and_the_next_run_heals(tmp_path, data)
 def test_kmsg_position_past_the_end_of_the_boot_is_not_trusted():
     recs = [f"3,{i},{i * 1000},-;x{i}".encode() for i in range(5)]
     recs.append(b"3,5,5000,-;NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=x, off bus")
-    out = kernlog.from_kmsg_records(kernlog.LogRead("kmsg", "B"), recs,
+    out = sources.from_kmsg_records(sources.LogRead("kmsg", "B"), recs,
                                     {"source": "kmsg", "boot_id": "B", "seq": 10**9})
     assert out.untrusted and [e.code for e in out.events] == [79]
     assert out.position and out.position["seq"] == 6
-    ok = kernlog.from_kmsg_records(kernlog.LogRead("kmsg", "B"), recs,
+    ok = sources.from_kmsg_records(sources.LogRead("kmsg", "B"), recs,
                                    {"source": "kmsg", "boot_id": "B", "seq": 6})
     assert not ok.untrusted and ok.events == []
 
@@ -202,22 +202,22 @@ def rec(i: int, msg: str) -> dict:
 def test_a_refused_cursor_does_not_make_every_run_unknown(tmp_path):
     bindir = str(tmp_path / "bin")
     fake_journalctl(bindir, [rec(1, "hello"), rec(2, XID79.split("] ", 1)[1])])
-    src = kernlog.JournalSource(bindir)
+    src = sources.JournalSource(bindir)
     stale = {"source": "journal", "boot_id": src.boot_id(), "cursor": "s=dead;i=99"}
-    read = kernlog.safe_read(src, stale, 5.0)
+    read = sources.safe_read(src, stale, 5.0)
     assert not read.error, read.error
     assert read.untrusted and [e.code for e in read.events] == [79]
     assert read.position and read.position["cursor"] == "s=abc;i=2"
-    again = kernlog.safe_read(src, read.position, 5.0)  # the saved one works next time
+    again = sources.safe_read(src, read.position, 5.0)  # the saved one works next time
     assert not again.error and not again.untrusted and again.records == []
 
 
 def test_gap_fill_reads_only_the_window_from_the_journal(tmp_path):
     bindir = str(tmp_path / "bin")
     argv_log = fake_journalctl(bindir, [rec(7, XID79.split("] ", 1)[1])])
-    read = kernlog.LogRead("kmsg", "b", 100.0, [kernlog.LogRecord(50, 9.0, "first kept")],
+    read = sources.LogRead("kmsg", "b", 100.0, [sources.LogRecord(50, 9.0, "first kept")],
                            {"seq": 51}, gap=True)
-    kernlog.fill_gap(read, {"usec": 6_000_000}, kernlog.JournalSource(bindir), 5.0)
+    sources.fill_gap(read, {"usec": 6_000_000}, sources.JournalSource(bindir), 5.0)
     assert read.gap_filled == "journal" and [e.code for e in read.events] == [79]
     (argv,) = open(argv_log).read().splitlines()
     assert "--since=@" in argv and "--until=@" in argv  # never the whole boot
@@ -227,7 +227,7 @@ def test_journal_read_cut_by_its_timeout_keeps_what_it_read(tmp_path):
     bindir = str(tmp_path / "bin")
     fake_journalctl(bindir, [rec(1, "a"), rec(2, XID79.split("] ", 1)[1]), rec(3, "b")],
                     mode="hang")
-    read = kernlog.safe_read(kernlog.JournalSource(bindir), None, 1.0)
+    read = sources.safe_read(sources.JournalSource(bindir), None, 1.0)
     assert not read.error and read.partial
     assert [e.code for e in read.events] == [79]
     assert read.position and read.position["cursor"] == "s=abc;i=3"  # go on from here
@@ -261,7 +261,7 @@ def test_kmsg_position_property(seq, usec):
     recs.append(b"3,5,5000,-;NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=x, off bus")
     after, note = plausible({"source": "kmsg", "boot_id": "B", "seq": seq,
                                      "usec": usec}, "kmsg", "B")
-    out = kernlog.from_kmsg_records(kernlog.LogRead("kmsg", "B"), recs, after)
+    out = sources.from_kmsg_records(sources.LogRead("kmsg", "B"), recs, after)
     well_formed = isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 and (
         usec is None or (isinstance(usec, int) and not isinstance(usec, bool) and usec >= 0))
     if well_formed and seq == 6:

@@ -5,9 +5,10 @@ import os
 import pytest
 
 from resilient_slurm.config import tomllib
-from resilient_slurm.healthcheck import policy, xid_decode
+from resilient_slurm.healthcheck import policy
 from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 from resilient_slurm.healthcheck.model import FAIL, OK, UNKNOWN, WARN, Report, Result, worst
+from resilient_slurm.healthcheck.xid import decode as xid_decode
 
 
 def test_worst_and_exit_codes():

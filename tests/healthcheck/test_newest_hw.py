@@ -15,7 +15,7 @@ from resilient_slurm.healthcheck.config import HealthConfig
 from resilient_slurm.healthcheck.gpu import GpuSnapshot
 from resilient_slurm.healthcheck.policy import ACTION_RANK, RECOVERY_ACTIONS, load_policy
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.xid_decode import action_for_154, line_rule
+from resilient_slurm.healthcheck.xid.decode import action_for_154, line_rule
 
 from .helpers import P5, by_check, make_config, snap
 
@@ -120,7 +120,7 @@ def test_xid74_ignorable_scenario_keeps_the_fatal_gpu_and_ignores_the_other(tmp_
 
 
 def test_a_flood_of_ignorable_xid74_never_stands_for_a_fatal_one_on_the_same_gpu():
-    from resilient_slurm.healthcheck.klogparse import EventTally, parse_message
+    from resilient_slurm.healthcheck.klog.parse import EventTally, parse_message
     tally = EventTally()
     fatal = "NVRM: Xid (PCI:0000:53:00): 74, " + _74.format("0x10, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0")
     ok = "NVRM: Xid (PCI:0000:53:00): 74, " + _74.format("0x1, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0")

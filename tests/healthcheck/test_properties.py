@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck import tools
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord, parse_line
+from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord, parse_line
 from resilient_slurm.healthcheck.policy import load_policy
 from resilient_slurm.proc import Outcome
 

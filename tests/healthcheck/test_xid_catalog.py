@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from resilient_slurm.config import ConfigError
 from resilient_slurm.healthcheck import checks_log as cl
-from resilient_slurm.healthcheck import policy, xid_table
+from resilient_slurm.healthcheck import policy
 from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
-from resilient_slurm.healthcheck.kernlog import LogRead, LogRecord
-from resilient_slurm.healthcheck.xid_decode import line_rule
+from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord
+from resilient_slurm.healthcheck.xid import table as xid_table
+from resilient_slurm.healthcheck.xid.decode import line_rule
 
 CFG = HealthConfig()
 COLUMN = {"ampere": ("A100",), "ada": ("A100", "H100"), "hopper": ("H100",),

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from resilient_slurm.config import ConfigError, load_config
 from resilient_slurm.healthcheck import checks_log as cl
-from resilient_slurm.healthcheck import kernlog
+from resilient_slurm.healthcheck.klog import sources
 from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.simulate import install_scenario
@@ -49,15 +49,15 @@ def test_non_utf8_byte_in_kernel_log_still_finds_xid79(tmp_path):
 def test_megabyte_line_of_efa_words_parses_in_linear_time():
     """The old pattern backtracked quadratically: this line never finished."""
     line = "efa " * 250_000 + "no admin trouble here"
-    code = ("import sys; from resilient_slurm.healthcheck.kernlog import parse_line; "
+    code = ("import sys; from resilient_slurm.healthcheck.klog.sources import parse_line; "
             "print(parse_line(sys.stdin.read()))")
     done = subprocess.run([sys.executable, "-c", code], input=line, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "None"
     fatal = "efa 0000:a8:00.0 rdmap168s0: Admin queue is closed"  # efa_com.c's words
-    assert kernlog.parse_line(fatal).kind == "efa"  # type: ignore[union-attr]
+    assert sources.parse_line(fatal).kind == "efa"  # type: ignore[union-attr]
     # a phrase the driver prints is only its word right after the prefix
-    assert kernlog.parse_line("efa 0000:a8:00.0: " + "efa " * 1000 + "Admin queue is closed") \
+    assert sources.parse_line("efa 0000:a8:00.0: " + "efa " * 1000 + "Admin queue is closed") \
         is None
 
 
@@ -91,7 +91,7 @@ def test_big_kernel_log_is_not_reread(tmp_path):
 
 def test_log_lines_are_parsed_inside_the_watchdog():
     src = FileSource.of_lines([XID79], "b", 100.0)
-    read = kernlog.safe_read(src, None, 5.0)
+    read = sources.safe_read(src, None, 5.0)
     assert read._events is not None  # parsed in the gatherer's thread, not after the deadline
     assert [e.code for e in read._events] == [79]
 
@@ -104,7 +104,7 @@ def test_klog_gap_is_unknown_unless_read_back_from_the_journal():
     cfg = HealthConfig()
     ctx = cl.LogContext(cfg, lambda g: __import__(
         "resilient_slurm.healthcheck.policy", fromlist=["x"]).load_policy(g, cfg), {}, "hopper")
-    gap = kernlog.LogRead("kmsg", "b", 100.0, [], {"seq": 9}, gap=True)
+    gap = sources.LogRead("kmsg", "b", 100.0, [], {"seq": 9}, gap=True)
     (r,) = cl.evaluate_xid(gap, ctx)
     assert (r.status, r.code) == ("unknown", "KLOG_GAP")
 
@@ -112,14 +112,14 @@ def test_klog_gap_is_unknown_unless_read_back_from_the_journal():
         name = "journal"
 
         def read(self, after, timeout):  # noqa: ANN001, ANN202
-            return kernlog.LogRead("journal", "b", 100.0, [
-                kernlog.LogRecord(0, 5.0, "old line"),
-                kernlog.LogRecord(1, 7.0, XID79.split("] ", 1)[1]),
-                kernlog.LogRecord(2, 9.5, "already in kmsg")])
+            return sources.LogRead("journal", "b", 100.0, [
+                sources.LogRecord(0, 5.0, "old line"),
+                sources.LogRecord(1, 7.0, XID79.split("] ", 1)[1]),
+                sources.LogRecord(2, 9.5, "already in kmsg")])
 
-    read = kernlog.LogRead("kmsg", "b", 100.0, [kernlog.LogRecord(50, 9.0, "first kept")],
+    read = sources.LogRead("kmsg", "b", 100.0, [sources.LogRecord(50, 9.0, "first kept")],
                            {"seq": 51}, gap=True)
-    kernlog.fill_gap(read, {"usec": 6_000_000}, Journal(), 5.0)  # type: ignore[arg-type]
+    sources.fill_gap(read, {"usec": 6_000_000}, Journal(), 5.0)  # type: ignore[arg-type]
     results = cl.evaluate_xid(read, ctx)
     assert read.gap_filled == "journal"
     assert {r.code for r in results} == {"KLOG_GAP_FILLED", "XID79"}
@@ -278,8 +278,8 @@ def test_nonfatal_sxid_followup_lines_are_not_fatal():
              "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Data {0x50610002, 0x10100030}"]
     from resilient_slurm.healthcheck.config import HealthConfig
 
-    read = kernlog.LogRead("file", "b", 100.0,
-                           [kernlog.LogRecord(i, None, t) for i, t in enumerate(lines)])
+    read = sources.LogRead("file", "b", 100.0,
+                           [sources.LogRecord(i, None, t) for i, t in enumerate(lines)])
     results = cl.evaluate_sxid(read, cl.LogContext(HealthConfig(), lambda g: None))  # type: ignore[arg-type, return-value]
     assert [r.status for r in results] == ["warn"]
 
@@ -379,11 +379,11 @@ def test_catalog_rows_and_nvlink5_severity_from_the_line():
     ctx = cl.LogContext(cfg, lambda g: load_policy(g, cfg), {"0000:04:00": (0, "blackwell")},
                         "blackwell")
     line = "NVRM: Xid (PCI:0000:04:00): 145, RLW_REMAP {} XC0 i0 Link 00 (0x00000004 0x{})"
-    (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
-        kernlog.LogRecord(0, None, line.format("Nonfatal", "0"))]), ctx)
+    (r,) = cl.evaluate_xid(sources.LogRead("file", "b", 100.0, [
+        sources.LogRecord(0, None, line.format("Nonfatal", "0"))]), ctx)
     assert (r.status, r.hold) == ("warn", False)
-    (r,) = cl.evaluate_xid(kernlog.LogRead("file", "b", 100.0, [
-        kernlog.LogRecord(0, None, line.format("Fatal", "40"))]), ctx)
+    (r,) = cl.evaluate_xid(sources.LogRead("file", "b", 100.0, [
+        sources.LogRecord(0, None, line.format("Fatal", "40"))]), ctx)
     assert (r.status, r.action, r.hold) == ("fail", "reset_gpu", True)  # catalog decode row
 
 

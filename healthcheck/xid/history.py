@@ -4,7 +4,7 @@ One buggy job can log many Xid 13/31/... at once; that is the application's faul
 reason to drain. The same class of Xid on one GPU in ``xid_repeat_fail`` separate runs within
 ``xid_repeat_window_s`` makes the GPU suspect (drained, without a hold). Kept in
 ``<state_dir>/health/xid-app-history.json``, saved with the kernel-log position, and read
-only from a directory the position would be trusted in (:mod:`.klogpos`).
+only from a directory the position would be trusted in (:mod:`..klog.position`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from resilient_slurm import fsutil
 
-from .klogpos import read_trusted_json
+from ..klog.position import read_trusted_json
 
 MAX_PER_DEVICE = 64
 

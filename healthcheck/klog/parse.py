@@ -2,7 +2,7 @@
 
 Contract (``parse_line``): a message is the driver's when it *starts* with the driver's
 prefix (``NVRM: Xid (PCI:<bdf>): <code>, ``, ``nvidia-nvswitch<N>: SXid (PCI:<bdf>): <code>, ``,
-the EFA / InfiniBand / mlx5 device prefixes of :mod:`.klog_rdma`), right after the framing of
+the EFA / InfiniBand / mlx5 device prefixes of :mod:`.rdma`), right after the framing of
 the format it was read in:
 
 * ``message`` framing (``/dev/kmsg`` record text, journal ``MESSAGE``): the text as it is;
@@ -32,9 +32,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .klog_rdma import parse_rdma
-from .policy import XidRule
-from .xid_decode import action_for_154, decode_nvlink5, decode_xid74
+from ..policy import XidRule
+from ..xid.decode import action_for_154, decode_nvlink5, decode_xid74
+from .rdma import parse_rdma
 
 MAX_LINE_CHARS = 4096  # longer log lines are cut before parsing (bounded time per line)
 MAX_KEYS = 4096  # distinct (kind, code, device, severity) per read; more is a flood (unknown)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from resilient_slurm.config import tomllib
 
-from .policy import ACTION_RANK, POLICY_DIR, efa_rules
+from ..policy import ACTION_RANK, POLICY_DIR, efa_rules
 
 _BDF = r"([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
 _EFA = re.compile(r"efa " + _BDF + r"(?: ([\w.-]{1,64}))?: ")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from resilient_slurm.config import tomllib
 
-from .policy import POLICY_DIR, RECOVERY_ACTIONS, XidPolicy, XidRule
+from ..policy import POLICY_DIR, RECOVERY_ACTIONS, XidPolicy, XidRule
 
 # Xid 154 names the recovery action in its text, "GPU recovery action changed from 0x0 (None)
 # to 0x2 (Node Reboot Required)": by its value (NVML's nvmlDeviceGpuRecoveryAction_t, the

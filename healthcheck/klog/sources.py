@@ -10,13 +10,13 @@ says so (``LogRead.untrusted``), so a planted position can never hide an Xid.
 
 Only the kernel speaks for the kernel: ``/dev/kmsg`` records of facility 0, journal records
 with ``_TRANSPORT=kernel`` (and facility 0), and in them only messages that *start* with the
-driver's prefix (:mod:`.klogparse`).
+driver's prefix (:mod:`.parse`).
 
-Saved position: :mod:`.klogpos` (``<state_dir>/health/kernlog-position.json``, trusted only
+Saved position: :mod:`.position` (``<state_dir>/health/kernlog-position.json``, trusted only
 in a root-owned, private directory); the engine advances it only after a hook's run that
-read the log finished. API for the hooks: :func:`.seams.current_position` at job start, then
+read the log finished. API for the hooks: :func:`..seams.current_position` at job start, then
 ``check_node(..., since_position=pos)`` in the epilog. Which source a node reads (this
-kernel's, or a simulated node's :class:`.klogfile.FileSource`) is chosen in :mod:`.seams`.
+kernel's, or a simulated node's :class:`..klogfile.FileSource`) is chosen in :mod:`..seams`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from resilient_slurm import proc
 from resilient_slurm.config import Config
 
-from .klogparse import (
+from .parse import (
     DMESG,
     MAX_LINE_CHARS,
     MESSAGE,
@@ -43,7 +43,7 @@ from .klogparse import (
     norm_pci,
     parse_line,
 )
-from .klogpos import PositionStore, plausible, valid_cursor
+from .position import PositionStore, plausible, valid_cursor
 
 __all__ = ["MAX_LINE_CHARS", "JournalSource", "KernelLogSource", "KmsgSource",
            "LogEvent", "LogRead", "LogRecord", "PositionStore",

@@ -1,6 +1,6 @@
 """The Xid table of docs/health.md, generated from the policy data files.
 
-``python -m resilient_slurm.healthcheck.xid_table`` prints it; ``--write`` replaces the table
+``python -m resilient_slurm.healthcheck.xid.table`` prints it; ``--write`` replaces the table
 between the markers in ``docs/health.md``; ``--check`` exits 1 when the doc differs (the test
 suite runs the same comparison, so the doc cannot drift from the data). Every row shows the
 catalog's own columns next to the action each generation's map takes, so a reviewer can diff
@@ -15,14 +15,14 @@ import sys
 
 from resilient_slurm.healthcheck.config import GPU_GENERATIONS, HealthConfig
 
-from .policy import catalog, load_policy, unused_codes
-from .xid_decode import nvlink5_rows
+from ..policy import catalog, load_policy, unused_codes
+from .decode import nvlink5_rows
 
-BEGIN = ("<!-- xid-table:begin (generated: python -m resilient_slurm.healthcheck.xid_table "
+BEGIN = ("<!-- xid-table:begin (generated: python -m resilient_slurm.healthcheck.xid.table "
          "--write) -->")
 END = "<!-- xid-table:end -->"
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "docs",
-                   "health.md")
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+DOC = os.path.join(_REPO, "docs", "health.md")
 
 
 def _cell(text: str) -> str:
@@ -78,7 +78,7 @@ def replace_in(doc: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m resilient_slurm.healthcheck.xid_table",
+    ap = argparse.ArgumentParser(prog="python -m resilient_slurm.healthcheck.xid.table",
                                  description="Print the Xid table generated from the policy "
                                  "data, or write / check it in docs/health.md.")
     ap.add_argument("--doc", default=DOC, help="the Markdown file holding the markers "
@@ -96,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             doc = fh.read()
         new = replace_in(doc, table)
     except (OSError, ValueError) as exc:
-        print(f"xid_table: {args.doc}: {exc}", file=sys.stderr)
+        print(f"xid.table: {args.doc}: {exc}", file=sys.stderr)
         return 2
     if args.check:
         if new != doc:
-            print(f"xid_table: {args.doc}: the Xid table differs from the policy data; run "
+            print(f"xid.table: {args.doc}: the Xid table differs from the policy data; run "
                   "with --write", file=sys.stderr)
             return 1
         return 0
