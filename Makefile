@@ -21,11 +21,12 @@ test: setup lint typecheck
 test-unit: setup
 	RESILIENT_NO_SLURM=1 $(VENV)/bin/pytest -q -m unit --durations=10 $(PYTEST_ARGS)
 
-# mypy on the installed package (the strict editable link tree: first-party imports resolve),
-# then on the tests with their settings (pyproject.toml: unannotated tests allowed, the modules
+# mypy on the installed product and lab (their strict editable link trees: first-party imports
+# resolve), then on the tests with their settings (pyproject.toml: unannotated tests allowed, the modules
 # not typed yet listed).
 typecheck: setup
 	$(VENV)/bin/mypy -p resilient_slurm
+	$(VENV)/bin/mypy -p resilient_slurm_lab
 	$(VENV)/bin/mypy tests
 
 # The Slurm-facing and the launcher's cluster tests again in a cached Debian root

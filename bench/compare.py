@@ -240,7 +240,7 @@ class Job:
 
 def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lost_dir: str,
            bound: float) -> Job:
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     d = os.path.join(base, mech.replace(" ", "-").replace("(", "").replace(")", ""))
     lifecycle.make_user_dir(d, lifecycle.job_user(c.root), mode=0o755)
@@ -346,7 +346,7 @@ def run(profile: str, density: str, work: str, hb: float = 20.0, nodes: int = 29
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": []}
     root = os.path.join(work, "sandbox")
     with harness.sandbox(root, nodes=nodes, timing=profile) as c:
-        from resilient_slurm.sandbox import lifecycle
+        from resilient_slurm_lab.sandbox import lifecycle
 
         res["timing"] = asdict(lifecycle.sandbox_timing(root))
         lost = os.path.join(work, "gpu-lost")

@@ -55,7 +55,7 @@ def _first(evs: list[dict[str, Any]], after: float, kind: str, **match: Any) -> 
 
 def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: float,
             fault_step: int, window_s: float, bound: float) -> dict[str, Any]:
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     user = lifecycle.job_user(c.root)
     d = os.path.join(base, f"{n}-{mode.replace(' ', '-')}")
@@ -141,7 +141,7 @@ def one_job(c: harness.Cluster, n: int, mode: str, base: str, lost: str, hb: flo
 def run(sizes: list[int], profile: str, work: str, hb: float = 20.0,
         saved: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every size in turn; ``saved`` gets the results so far after each size."""
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     res: dict[str, Any] = {"section": "cost-curve", "profile": profile,
                            "heartbeat_timeout_s": hb, "points": [],

@@ -139,8 +139,8 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the figures here too")
     ns = ap.parse_args()
     load = [round(x, 1) for x in os.getloadavg()]
-    from resilient_slurm.sandbox import lifecycle
     from resilient_slurm.slurm import connect
+    from resilient_slurm_lab.sandbox import lifecycle
 
     root = ns.dir or tempfile.mkdtemp(prefix="rs-bench-foreign-")
     paths = lifecycle.up(root, nodes=4)

@@ -148,7 +148,7 @@ class Cluster:
     def submit_as_user(self, script: Path, args: list[str], out: str, env: dict[str, str],
                        nodes: int = 3) -> int:
         """``sbatch`` as the sandbox's unprivileged job user (its clean environment + ``env``)."""
-        from resilient_slurm.sandbox import lifecycle
+        from resilient_slurm_lab.sandbox import lifecycle
 
         r = lifecycle.run_as_user(self.root, ["sbatch", "--parsable", f"--nodes={nodes}",
                                               "--export=ALL", f"--output={out}", str(script),
@@ -184,7 +184,7 @@ def sandbox(root: str, nodes: int = 4, timing: str = "fast", watch: bool = True
             ) -> Iterator[Cluster]:
     """A sandbox for a benchmark or the demo; ``watch``: the hooks' node watcher runs on every
     node (``resilient-health watch``), as on a production node that installs it."""
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     # The mechanisms run side by side, each with its own node fault at the same step: to the
     # hooks' fleet guard that looks like one shared cause. The faults are independent by

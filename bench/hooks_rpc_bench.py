@@ -26,8 +26,8 @@ import tempfile
 import time
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.sandbox import lifecycle
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox import lifecycle
 
 COUNTED = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO",
            "REQUEST_UPDATE_NODE", "REQUEST_JOB_INFO", "REQUEST_SUBMIT_BATCH_JOB")

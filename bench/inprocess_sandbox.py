@@ -42,7 +42,7 @@ FAULT_STEP, STEPS = 7, 16
 
 def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict[str, Any]:
     from resilient_slurm.events import read_events
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     d = os.path.join(base, name)
     lifecycle.make_user_dir(d, lifecycle.job_user(c.root), mode=0o755)
@@ -84,7 +84,7 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
 
 def measure(work: str, repeat: int = 1, timing: str = "fast") -> dict[str, Any]:
     """The section: a fault-free job, then each fault ``repeat`` times (printed as it goes)."""
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     result: dict[str, Any] = {"section": "inprocess", "timing": timing,
                               "targets_s": TARGETS, "soft_timeout_s": SOFT,

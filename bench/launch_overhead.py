@@ -124,8 +124,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds")
     ap.add_argument("--json", default=None, help="write the figures here too")
     ns = ap.parse_args()
-    from resilient_slurm.sandbox import lifecycle
     from resilient_slurm.slurm import connect
+    from resilient_slurm_lab.sandbox import lifecycle
 
     root = ns.dir or tempfile.mkdtemp(prefix="rs-bench-overhead-")
     paths = lifecycle.up(root, nodes=2)

@@ -27,7 +27,7 @@ import harness
 from harness import BIN, REPO
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 
 LIGHT = REPO / "bench" / "light_worker.py"
 

@@ -95,7 +95,7 @@ def main() -> int:
                 "how": f"measured wall + {hangs} hang(s) x "
                        f"({compare.TORCH_DEFAULT_PG_TIMEOUT_S} - {a.hb:g}) s"}
         runs.append(out)
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     fmt = "%Y-%m-%dT%H:%M:%S+0000"
     res = {"section": f"compare-{a.profile}-{a.density}", "profile": a.profile,

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fits  # noqa: E402
 from harness import BIN, REPO  # noqa: E402
 
-from resilient_slurm.sandbox import lifecycle  # noqa: E402
 from resilient_slurm.slurm import connect  # noqa: E402
+from resilient_slurm_lab.sandbox import lifecycle  # noqa: E402
 
 STUB = REPO / "bench" / "stub_ft_launcher.py"
 LIGHT = REPO / "bench" / "light_worker.py"  # never started: the stand-in runs no worker

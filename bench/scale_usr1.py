@@ -45,8 +45,8 @@ from harness import BIN, TERMINAL, TRAIN_SCRIPT  # noqa: E402
 from resilient_slurm.checkpoint.layout import latest_committed_step  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
 from resilient_slurm.launcher.observe import EventTail  # noqa: E402
-from resilient_slurm.sandbox import lifecycle  # noqa: E402
 from resilient_slurm.slurm import connect  # noqa: E402
+from resilient_slurm_lab.sandbox import lifecycle  # noqa: E402
 
 WARN_S = 120  # --signal=B:USR1@120
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2

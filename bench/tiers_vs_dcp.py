@@ -93,8 +93,8 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="sandbox + work directory (default: a new temp)")
     ap.add_argument("--json", default=None)
     ns = ap.parse_args()
-    from resilient_slurm.sandbox import lifecycle
     from resilient_slurm.slurm import connect
+    from resilient_slurm_lab.sandbox import lifecycle
 
     root = ns.dir or tempfile.mkdtemp(prefix="rs-bench-tiers-")
     paths = lifecycle.up(root, nodes=2)

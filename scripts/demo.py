@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import harness  # noqa: E402
 from harness import BIN, TRAIN_SCRIPT, Workload  # noqa: E402
 
-from resilient_slurm.sandbox import prom  # noqa: E402
+from resilient_slurm_lab.sandbox import prom  # noqa: E402
 
 
 def say(msg: str = "") -> None:
@@ -109,8 +109,8 @@ def main() -> int:
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
     code = 1
     with harness.sandbox(root) as c:
-        from resilient_slurm.sandbox import jobuser, lifecycle, metrics_stack
-        from resilient_slurm.sandbox.cluster import Paths
+        from resilient_slurm_lab.sandbox import jobuser, lifecycle, metrics_stack
+        from resilient_slurm_lab.sandbox.cluster import Paths
 
         stack = metrics_stack.start(Paths(root), [f"node{i}" for i in range(1, wl.nodes + 2)],
                                     lifecycle.job_user(root))

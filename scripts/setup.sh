@@ -79,20 +79,28 @@ fi
 # (build/__editable__.*/resilient_slurm/..., one symlink per repository file) instead of an
 # import hook, so mypy and IDEs resolve every `resilient_slurm.*` import to its file here.
 # A link tree lists files: it is rebuilt whenever the set of package files changes.
-files=$(git ls-files resilient_slurm slurm sandbox healthcheck prolog epilog launcher training checkpoint sbatch hooks \
-        2>/dev/null | sha1sum | cut -c1-40)
-tree_stamp=.venv/.resilient-linktree
-if [ ! -d build ] || [ "$(cat "$tree_stamp" 2>/dev/null)" != "$files" ] \
-        || [ pyproject.toml -nt "$tree_stamp" ] \
-        || ! .venv/bin/python -c "import resilient_slurm" 2>/dev/null; then
-    echo "setup: installing the project editable (strict mode: link tree)"
-    log=$(mktemp)
-    if ! .venv/bin/pip install -q --no-deps --no-build-isolation -e . \
-            --config-settings editable_mode=strict >"$log" 2>&1; then
-        cat "$log" >&2; rm -f "$log"; exit 1
+# Then the lab (lab/: the distribution resilient-slurm-lab, the sandbox the tests and the demo
+# run), editable in strict mode the same way (lab/build/...), right after the product it needs.
+install_tree() {  # install_tree NAME DIR PYPROJECT STAMP MODULE FILES...
+    local name=$1 dir=$2 pyproject=$3 tree_stamp=$4 module=$5 files log
+    shift 5
+    files=$(git ls-files "$@" 2>/dev/null | sha1sum | cut -c1-40)
+    if [ ! -d "$dir/build" ] || [ "$(cat "$tree_stamp" 2>/dev/null)" != "$files" ] \
+            || [ "$pyproject" -nt "$tree_stamp" ] \
+            || ! .venv/bin/python -c "import $module" 2>/dev/null; then
+        echo "setup: installing $name editable (strict mode: link tree)"
+        log=$(mktemp)
+        if ! .venv/bin/pip install -q --no-deps --no-build-isolation -e "$dir" \
+                --config-settings editable_mode=strict >"$log" 2>&1; then
+            cat "$log" >&2; rm -f "$log"; exit 1
+        fi
+        rm -f "$log"
+        echo "$files" >"$tree_stamp"
     fi
-    rm -f "$log"
-    echo "$files" >"$tree_stamp"
-fi
+}
+install_tree "the project" . pyproject.toml .venv/.resilient-linktree resilient_slurm \
+    resilient_slurm slurm healthcheck prolog epilog launcher training checkpoint sbatch hooks
+install_tree "the lab" lab lab/pyproject.toml .venv/.resilient-lab-linktree \
+    resilient_slurm_lab.sandbox.cli lab/resilient_slurm_lab
 
 job_user_path

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from resilient_slurm.sandbox import jobuser, lifecycle
-from resilient_slurm.sandbox.cluster import Paths, SandboxError, preflight
+from resilient_slurm_lab.sandbox import jobuser, lifecycle
+from resilient_slurm_lab.sandbox.cluster import Paths, SandboxError, preflight
 
 # The skip policy (tests/skip_policy.py): in `make test`, `make test-unit` and the CI stages a
 # skip outside the allow-list (pyslurm, CUDA) fails the run. Imported here so every run over

@@ -50,6 +50,21 @@ def test_every_module_is_found_on_sys_path_as_its_repository_file() -> None:
     assert not problems, problems
 
 
+def test_every_lab_module_is_found_on_sys_path_as_its_repository_file() -> None:
+    """The lab (lab/, resilient-slurm-lab) is installed in strict mode too."""
+    lab = REPO / "lab"
+    problems = []
+    for path in sorted((lab / "resilient_slurm_lab").rglob("*.py")):
+        rel = path.relative_to(lab).with_suffix("").parts
+        name = ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+        origin = _find_on_sys_path(name)
+        if origin is None:
+            problems.append(f"{name}: not on sys.path (run scripts/setup.sh)")
+        elif os.path.realpath(origin) != str(path):
+            problems.append(f"{name}: {origin} is not {path}")
+    assert problems == [] and len(list(lab.rglob("*.py"))) > 1, problems
+
+
 def test_no_import_hook_finder_for_the_package() -> None:
     hooks = [f for f in sys.meta_path if "editable" in getattr(f, "__module__", "").lower()]
     assert not hooks, f"an editable import hook serves the package: {hooks}"

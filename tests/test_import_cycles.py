@@ -41,8 +41,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED: list[frozenset[str]] = []  # every cycle is gone (issue 27 item 4)
 
 
+# The lab's import package (the distribution resilient-slurm-lab, lab/pyproject.toml): a plain
+# folder, its modules named by their path (``lab/resilient_slurm_lab/sandbox/cli.py`` is
+# ``resilient_slurm_lab.sandbox.cli``).
+LAB_FOLDER = "lab/resilient_slurm_lab"
+LAB = "resilient_slurm_lab"
+
+
 def module_files(root: Path = ROOT) -> dict[str, Path]:
-    """Module name -> file, for every first-party ``.py`` file (package-dir mapping + bench/)."""
+    """Module name -> file, for every first-party ``.py`` file (package-dir mapping, the lab,
+    bench/)."""
     with open(root / "pyproject.toml", "rb") as fh:
         mapping: dict[str, str] = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
     found: dict[str, Path] = {}
@@ -56,6 +64,10 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
             if not any(other != package and name.startswith(other + ".")
                        and other.startswith(package + ".") for other in mapping):
                 found[name] = path
+    lab = root / LAB_FOLDER
+    for path in sorted(lab.rglob("*.py")):
+        rel = path.relative_to(lab.parent).with_suffix("").parts
+        found[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = path
     for path in sorted((root / "bench").glob("*.py")):
         found[path.stem] = path
     return found
@@ -144,6 +156,42 @@ def cycles(g: dict[str, set[str]]) -> list[frozenset[str]]:
 def test_no_import_cycles() -> None:
     unexpected = [sorted(c) for c in cycles(graph()) if c not in ALLOWED]
     assert unexpected == []
+
+
+def lab_imports(g: dict[str, set[str]]) -> list[str]:
+    """``product.module -> lab.module`` for every edge from the product into the lab."""
+    return sorted(f"{name} -> {target}" for name, targets in g.items()
+                  if name.split(".")[0] == "resilient_slurm"
+                  for target in targets if target.split(".")[0] == LAB)
+
+
+def test_no_product_module_imports_the_lab() -> None:
+    """The product (the wheel resilient-slurm) works without the lab: none of its modules
+    imports ``resilient_slurm_lab``, at any depth, type-only imports included."""
+    g = graph()
+    assert any(name.startswith(LAB + ".") for name in g), "the graph misses the lab"
+    assert lab_imports(g) == []
+
+
+def test_the_lab_check_sees_each_spelling(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { "resilient_slurm" = "core" }\n')
+    (tmp_path / "core").mkdir()
+    (tmp_path / "bench").mkdir()
+    lab = tmp_path / LAB_FOLDER
+    (lab / "sub").mkdir(parents=True)
+    (lab / "__init__.py").write_text("")
+    (lab / "sub" / "__init__.py").write_text("")
+    (lab / "sub" / "x.py").write_text("from resilient_slurm import a\n")  # lab -> product: fine
+    (tmp_path / "core" / "__init__.py").write_text("")
+    (tmp_path / "core" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from resilient_slurm_lab.sub import x\n")
+    (tmp_path / "core" / "b.py").write_text("def f():\n    import resilient_slurm_lab.sub\n")
+    g = graph(tmp_path)
+    assert g[f"{LAB}.sub.x"] == {"resilient_slurm.a"}
+    assert lab_imports(g) == [f"resilient_slurm.a -> {LAB}.sub.x",
+                              f"resilient_slurm.b -> {LAB}.sub"]
 
 
 def test_allowed_cycles_still_exist() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]
 
-from resilient_slurm.sandbox import prom
+from resilient_slurm_lab.sandbox import prom
 
 RULES = Path(__file__).resolve().parents[1] / "prometheus"
 

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
 # Developer notes inside package folders; everything else under a mapped folder must ship.
 NOT_SHIPPED = {"healthcheck/README.md", "training/README.md"}
+# The lab's parts (lab/, the distribution resilient-slurm-lab), as the product once named them
+# (package paths in the wheel): the product's wheel ships none of them, nor the lab's package.
+LAB_ONLY = ("resilient_slurm/sandbox/", "resilient_slurm_lab/")
 
 
 def _pyproject() -> dict:
@@ -139,3 +142,27 @@ def test_simulated_health_check_from_the_wheel(wheel_venv: tuple[Path, Path],
     xids = [r for r in report["results"] if r["check"] == "xid"]
     # Xid 79 maps to reboot in the shipped Hopper policy (healthcheck/xid_policies/).
     assert any(r["status"] == "fail" and r.get("action") == "reboot" for r in xids), xids
+
+
+def test_the_product_names_no_lab_package() -> None:
+    """pyproject.toml's packages and package-dir name none of the lab's parts."""
+    setuptools = _pyproject()["tool"]["setuptools"]
+    named = [*setuptools["packages"], *setuptools["package-dir"]]
+    lab = [p for p in named if any(f"{p.replace('.', '/')}/".startswith(prefix)
+                                   for prefix in LAB_ONLY)]
+    assert lab == [], f"the product's pyproject.toml names lab packages: {lab}"
+
+
+def test_the_wheel_ships_no_lab(wheel_venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """No sandbox in the product's wheel; its `resilient-slurm sandbox` says where it is."""
+    wheel, venv = wheel_venv
+    with zipfile.ZipFile(wheel) as zf:
+        lab = [n for n in zf.namelist() if n.startswith(LAB_ONLY)]
+    assert lab == [], f"the product's wheel ships lab files: {lab[:10]}"
+    res = _run([str(venv / "bin" / "resilient-slurm"), "sandbox", "up", "--nodes", "2"],
+               cwd=tmp_path, env=_env(tmp_path))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "resilient-slurm-lab" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    listed = _run([str(venv / "bin" / "resilient-slurm"), "--help"], cwd=tmp_path,
+                  env=_env(tmp_path))
+    assert listed.returncode == 0 and "resilient-slurm-lab" in listed.stdout, listed.stdout

@@ -1,8 +1,15 @@
-"""``resilient-slurm``: the admin's command (sandbox, doctor, install-hooks, report)."""
+"""``resilient-slurm``: the admin's command (doctor, install-hooks, report, plan, fleet, repair).
+
+Further command groups plug in from installed distributions through the entry-point group
+:data:`COMMANDS_GROUP` (each entry point names a :class:`click.Command`): the lab
+(``resilient-slurm-lab``, ``lab/`` in the repository) adds ``sandbox`` this way. The product never
+imports the lab; without it, ``resilient-slurm sandbox`` says which distribution provides it.
+"""
 
 from __future__ import annotations
 
 import sys
+from importlib.metadata import entry_points
 
 import click
 
@@ -15,14 +22,52 @@ def main() -> None:
     """Keep multi-week GPU training jobs alive on Slurm.
 
     \b
-    Commands for admins and for trying the project on one machine:
-      sandbox   a real multi-node Slurm cluster on this host (tests, demo, trials)
+    Commands for admins:
       doctor    which Slurm backend is in use, and why
       install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
       report    a resilient-launch job's timeline, faults, recovery times and goodput
       plan      projected goodput per recovery mechanism for a large job (a model)
       fleet     per node and fault class: drains, lost GPU-hours, times to detect/drain/train
+
+    \b
+    With the lab installed (resilient-slurm-lab: tests, demo and trials on one machine):
+      sandbox   a real multi-node Slurm cluster on this host
     """
+
+
+# The entry-point group other distributions register extra commands in (name = module:command).
+COMMANDS_GROUP = "resilient_slurm.commands"
+# Commands the lab provides: named with the distribution to install when it is absent.
+LAB_COMMANDS = {"sandbox": "resilient-slurm-lab"}
+
+
+def _missing(name: str, dist: str) -> click.Command:
+    """A stand-in for a plugin command that is not installed: it says so and exits 2."""
+
+    @click.command(name, context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True, "help_option_names": []},
+                   add_help_option=False, hidden=True)
+    def command() -> None:
+        raise click.UsageError(
+            f"`resilient-slurm {name}` comes with {dist} (the lab: `pip install -e lab` "
+            "in a checkout of the repository); it is not installed")
+
+    return command
+
+
+def plugin_commands() -> list[click.Command]:
+    """The commands registered under :data:`COMMANDS_GROUP` by installed distributions.
+
+    A plugin that fails to import raises: a broken lab install is an error, not an absent
+    command.
+    """
+    found: list[click.Command] = []
+    for ep in entry_points(group=COMMANDS_GROUP):
+        command = ep.load()
+        if not isinstance(command, click.Command):
+            raise TypeError(f"entry point {ep.name} = {ep.value}: not a click command")
+        found.append(command)
+    return found
 
 
 def _register() -> None:
@@ -32,15 +77,17 @@ def _register() -> None:
     from resilient_slurm.hooks.cli import install_hooks
     from resilient_slurm.hooks.repair_cli import repair_command
     from resilient_slurm.launcher.report_cli import report_command
-    from resilient_slurm.sandbox.cli import sandbox
-
-    main.add_command(sandbox)
     main.add_command(doctor)
     main.add_command(install_hooks)
     main.add_command(report_command)
     main.add_command(plan_command)
     main.add_command(fleet_command)
     main.add_command(repair_command)
+    for command in plugin_commands():
+        main.add_command(command)
+    for name, dist in LAB_COMMANDS.items():
+        if name not in main.commands:
+            main.add_command(_missing(name, dist))
 
 
 _register()

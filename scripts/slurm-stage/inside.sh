@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs in a stage's Debian root (started by enter.sh): a venv with torch, the stage's
-# nvidia-resiliency-ext and the project (editable, from /src), kept in the root (rebuilt when
-# torch or the stage's constraints change, the project reinstalled when pyproject.toml does);
+# nvidia-resiliency-ext, the project and its lab (both editable, from /src and /src/lab), kept in
+# the root (rebuilt when torch or the stage's constraints change, the project and the lab
+# reinstalled when pyproject.toml or lab/pyproject.toml does);
 # then pytest.
 #
 #   inside.sh STAGE PYTHON TORCH [pytest args...]
@@ -18,7 +19,8 @@ constraints=$here/$stage.constraints
 # pyproject.toml changed, the project is reinstalled into it (pip adds what is new: seconds,
 # not the torch download).
 base=$(echo "$torch" | cat - "$constraints" | sha256sum | cut -c1-16)
-want=$(echo "$torch" | cat - /src/pyproject.toml "$constraints" | sha256sum | cut -c1-16)
+want=$(echo "$torch" | cat - /src/pyproject.toml /src/lab/pyproject.toml "$constraints" \
+    | sha256sum | cut -c1-16)
 pip=("$venv/bin/pip" install -q --disable-pip-version-check --cert /etc/rs-pip-ca.crt)
 if [ -x "$venv/bin/pip" ] && [ ! -f "$venv/.rs-base" ] && [ -f "$venv/.rs-stamp" ]; then
     # a venv from before the two stamps: taken as built with this torch (remove
@@ -36,15 +38,15 @@ if [ "$(cat "$venv/.rs-base" 2>/dev/null)" != "$base" ] || [ ! -x "$venv/bin/pip
         pypi:*) "${pip[@]}" -c "$constraints" "${torch#pypi:}";;
         *) echo "$stage: TORCH=$torch: wheel:SPEC or pypi:SPEC" >&2; exit 2;;
     esac
-    "${pip[@]}" -c "$constraints" -e "/src[train,test]"
+    "${pip[@]}" -c "$constraints" -e "/src[train,test]" -e /src/lab
     echo "$base" >"$venv/.rs-base"
     echo "$want" >"$venv/.rs-stamp"
     echo "$stage: venv built in $(( $(date +%s) - t0 )) s"
 elif [ "$(cat "$venv/.rs-stamp" 2>/dev/null)" != "$want" ]; then
     t0=$(date +%s)
-    "${pip[@]}" -c "$constraints" -e "/src[train,test]"
+    "${pip[@]}" -c "$constraints" -e "/src[train,test]" -e /src/lab
     echo "$want" >"$venv/.rs-stamp"
-    echo "$stage: pyproject.toml changed: the project reinstalled in $(( $(date +%s) - t0 )) s"
+    echo "$stage: pyproject.toml changed: the project and the lab reinstalled in $(( $(date +%s) - t0 )) s"
 fi
 pyinfo=$("$venv/bin/python" - <<'PY'
 import sys

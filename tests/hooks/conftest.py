@@ -10,7 +10,7 @@ import uuid
 
 from resilient_slurm.events import read_events
 from resilient_slurm.healthcheck.simulate import install_scenario
-from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL
+from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL
 
 from ..conftest import wait_until
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL
+from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL
 
 from ..conftest import wait_until
 from .conftest import fault, restore

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from resilient_slurm import fsutil
-from resilient_slurm.sandbox.cluster import Paths
-from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL, config_path
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox.cluster import Paths
+from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL, config_path
 
 from ..conftest import TEST_PREFIX, _start_sandbox, wait_until
 from .conftest import PREFIX, events, run_health_as_slurm

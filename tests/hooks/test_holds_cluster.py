@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL, config_path
+from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL, config_path
 
 from ..conftest import wait_until
 from ..healthcheck.helpers import write_scenario

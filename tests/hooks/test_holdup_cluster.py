@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from resilient_slurm.sandbox.cluster import read_meta
+from resilient_slurm_lab.sandbox.cluster import read_meta
 
 from .conftest import (
     events,

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from resilient_slurm.sandbox.lifecycle import HEALTH_INTERVAL
+from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL
 
 from ..conftest import wait_until
 from .conftest import PREFIX, events, fault, restore, run_health_as_slurm, run_health_timed, submit

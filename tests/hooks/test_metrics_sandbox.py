@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from resilient_slurm.cli import main
 from resilient_slurm.hooks import install
-from resilient_slurm.sandbox import lifecycle, metrics_stack, prom
-from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox import lifecycle, metrics_stack, prom
+from resilient_slurm_lab.sandbox.cluster import Paths
 
 from ..conftest import TEST_PREFIX, _start_sandbox, wait_until
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from resilient_slurm.events import read_events
-from resilient_slurm.sandbox import lifecycle
-from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox import lifecycle
+from resilient_slurm_lab.sandbox.cluster import Paths
 
 from ..conftest import TEST_PREFIX, _start_sandbox, wait_until
 from .conftest import CLI, events, fault

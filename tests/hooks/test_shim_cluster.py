@@ -12,7 +12,7 @@ import pytest
 
 from resilient_slurm.events import read_events
 from resilient_slurm.hooks import install
-from resilient_slurm.sandbox.lifecycle import config_path
+from resilient_slurm_lab.sandbox.lifecycle import config_path
 
 from ..conftest import wait_until
 

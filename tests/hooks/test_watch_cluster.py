@@ -13,9 +13,9 @@ import time
 import pytest
 
 from resilient_slurm import verdict_file
-from resilient_slurm.sandbox import nodefaults
-from resilient_slurm.sandbox.cluster import members, read_meta
 from resilient_slurm.slurm import Node, connect
+from resilient_slurm_lab.sandbox import nodefaults
+from resilient_slurm_lab.sandbox.cluster import members, read_meta
 
 from ..conftest import TEST_PREFIX, _start_sandbox, wait_until
 from .conftest import PREFIX, events, fault, run_health_as_slurm

@@ -154,7 +154,7 @@ def test_excluded_node_readmitted_from_its_own_verdict_and_by_expiry(slurm, clea
     verdict file is not visible on the batch host, so it is read on node2. node3 (outside the
     allocation, no verdict readable) was excluded longer than --exclusion-ttl ago and nothing
     re-confirms it: it expires. node4, as old but drained by an admin, stays (renewed)."""
-    from resilient_slurm.sandbox import jobuser
+    from resilient_slurm_lab.sandbox import jobuser
 
     work = job_user.make_dir(mode=0o755)
     vdir = os.path.join(work, "verdicts")

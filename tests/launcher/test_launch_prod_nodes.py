@@ -26,7 +26,7 @@ from launch_helpers import (  # type: ignore[import-not-found]
     wait_step,
 )
 
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.train]

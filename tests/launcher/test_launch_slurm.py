@@ -244,7 +244,7 @@ def test_scancel_saves_and_is_not_requeued(slurm, clean, tmp_path):
 
 def _slurmctld_pid(sandbox) -> int:
     """This sandbox's own slurmctld (never another helper's)."""
-    from resilient_slurm.sandbox.lifecycle import read_json_safe, recorded_pids
+    from resilient_slurm_lab.sandbox.lifecycle import read_json_safe, recorded_pids
 
     for pid in recorded_pids(read_json_safe(sandbox) or {}):
         try:
@@ -372,7 +372,7 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
     with the controller stalled for longer than KillWait. The job completes, only the faulty
     node is blamed, never held, and the final digest equals the fault-free run's."""
     from resilient_slurm.healthcheck.simulate import install_scenario
-    from resilient_slurm.sandbox import lifecycle
+    from resilient_slurm_lab.sandbox import lifecycle
 
     sbx, s, user = prod
     jid, _, state, work = submit_as_user(prod, 3, ["--min-nodes=3", "--max-requeues=1"], [],

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from resilient_slurm.launcher import nodewatch
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slurm

@@ -20,7 +20,7 @@ from pathlib import Path
 import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on sys.path
 import pytest
 
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 from tests.checkpoint import tier_helpers
 
 pytestmark = [pytest.mark.slurm, pytest.mark.train]

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slurm

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_slurm.launcher import blame, evidence
-from resilient_slurm.sandbox import lifecycle
+from resilient_slurm_lab.sandbox import lifecycle
 
 
 def _write(d, node: str, *, started: bool, signalled: bool, ended: bool) -> None:

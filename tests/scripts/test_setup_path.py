@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from resilient_slurm.sandbox.jobuser import unreachable_by
+from resilient_slurm_lab.sandbox.jobuser import unreachable_by
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER = (65534, 65534)  # a user who owns nothing here (nobody): only "others" bits apply

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from resilient_slurm.sandbox.cluster import Paths
+from resilient_slurm_lab.sandbox.cluster import Paths
 
 
 def env_of(paths: Paths) -> dict[str, str]:

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
-from resilient_slurm.sandbox.cluster import read_meta
+from resilient_slurm_lab.sandbox.cluster import read_meta
 
 pytestmark = pytest.mark.slurm
 

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from resilient_slurm.cli import main
-from resilient_slurm.sandbox import cluster
-from resilient_slurm.sandbox.cluster import Paths, sandbox_processes
+from resilient_slurm_lab.sandbox import cluster
+from resilient_slurm_lab.sandbox.cluster import Paths, sandbox_processes
 
 from ..conftest import require_sandbox
 
@@ -72,6 +72,18 @@ def test_not_root_is_a_clear_error(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     result = CliRunner().invoke(main, ["sandbox", "up", "--dir", str(tmp_path / "sbx")])
     assert result.exit_code == 1 and "root" in result.output
+
+
+def test_the_lab_plugs_sandbox_into_the_product_command() -> None:
+    """`resilient-slurm sandbox` is the lab's group, found through the product's entry points;
+    without the lab installed its stand-in says where it comes from and exits 2."""
+    from resilient_slurm.cli import COMMANDS_GROUP, _missing, plugin_commands
+    from resilient_slurm_lab.sandbox.cli import sandbox
+
+    assert COMMANDS_GROUP == "resilient_slurm.commands"
+    assert sandbox in plugin_commands() and main.commands["sandbox"] is sandbox
+    absent = CliRunner().invoke(_missing("sandbox", "resilient-slurm-lab"), ["up", "--nodes", "2"])
+    assert absent.exit_code == 2 and "resilient-slurm-lab" in absent.output, absent.output
 
 
 def test_bad_node_count_is_usage_error(tmp_path) -> None:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from resilient_slurm.hooks.install import layout
-from resilient_slurm.sandbox import lifecycle
-from resilient_slurm.sandbox.cluster import TIMINGS, Paths
-from resilient_slurm.sandbox.rpc import STATS_RPC, parse_sdiag
+from resilient_slurm_lab.sandbox import lifecycle
+from resilient_slurm_lab.sandbox.cluster import TIMINGS, Paths
+from resilient_slurm_lab.sandbox.rpc import STATS_RPC, parse_sdiag
 
 from ..conftest import require_sandbox
 from .sandbox_helpers import env_of, show_config, show_job
@@ -93,7 +93,7 @@ def test_job_user_runs_batch_jobs_unprivileged(sandbox: Paths, job_user) -> None
 
 
 def test_make_dir_refuses_a_place_the_user_cannot_reach(job_user, tmp_path) -> None:
-    from resilient_slurm.sandbox.cluster import SandboxError
+    from resilient_slurm_lab.sandbox.cluster import SandboxError
 
     os.chmod(tmp_path, 0o700)
     with pytest.raises(SandboxError, match="cannot reach"):
@@ -155,7 +155,7 @@ def test_stall_touches_only_this_sandbox_and_ends_when_the_caller_dies(
     ctld = lifecycle.controller_pid(fault_sandbox.root)
     other = lifecycle.controller_pid(sandbox.root)
     assert ctld and other and ctld != other
-    code = ("import os, signal; from resilient_slurm.sandbox import lifecycle; "
+    code = ("import os, signal; from resilient_slurm_lab.sandbox import lifecycle; "
             f"lifecycle.controller_stall({fault_sandbox.root!r}, 4, wait=False); "
             "os.kill(os.getpid(), signal.SIGKILL)")
     died = subprocess.run([sys.executable, "-c", code], timeout=30)

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from resilient_slurm.hooks.install import layout
-from resilient_slurm.sandbox import lifecycle, privileges
-from resilient_slurm.sandbox.cluster import Paths, members, read_meta
-from resilient_slurm.sandbox.procs import all_procs, proc_env
+from resilient_slurm_lab.sandbox import lifecycle, privileges
+from resilient_slurm_lab.sandbox.cluster import Paths, members, read_meta
+from resilient_slurm_lab.sandbox.procs import all_procs, proc_env
 
 from ..conftest import require_sandbox
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from resilient_slurm.sandbox import lifecycle, nodefaults
-from resilient_slurm.sandbox.cluster import Paths
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox import lifecycle, nodefaults
+from resilient_slurm_lab.sandbox.cluster import Paths
 
 from ..conftest import require_sandbox, wait_until
 from .sandbox_helpers import env_of, show_job

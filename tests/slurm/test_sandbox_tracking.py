@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.sandbox import cgroup, lifecycle
-from resilient_slurm.sandbox.cluster import Paths, cluster_name
+from resilient_slurm_lab.sandbox import cgroup, lifecycle
+from resilient_slurm_lab.sandbox.cluster import Paths, cluster_name
 
 from ..conftest import require_sandbox, wait_until
 from .sandbox_helpers import env_of, show_config, show_job

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from resilient_slurm.sandbox import lifecycle
-from resilient_slurm.sandbox.cluster import read_meta
 from resilient_slurm.slurm import SlurmError, connect
+from resilient_slurm_lab.sandbox import lifecycle
+from resilient_slurm_lab.sandbox.cluster import read_meta
 
 from ..conftest import wait_until
 
@@ -214,7 +214,7 @@ def test_controller_down_raises_within_timeout() -> None:
 def test_job_reads_one_job_not_the_whole_queue(sandbox, slurm, tmp_path) -> None:
     """``job(ID)`` asks the controller about that job only (the launcher polls it around a
     requeue; a full job-table dump per poll costs a busy controller dearly)."""
-    from resilient_slurm.sandbox import rpc
+    from resilient_slurm_lab.sandbox import rpc
 
     env = {**os.environ, "SLURM_CONF": sandbox.conf}
     script = tmp_path / "sleep.sh"

@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from resilient_slurm.sandbox.cluster import Paths, cluster_name
+from resilient_slurm_lab.sandbox.cluster import Paths, cluster_name
 
 FREEZER_ROOT = "/sys/fs/cgroup/freezer"
 PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm",

@@ -17,9 +17,21 @@ import sys
 import time
 from dataclasses import dataclass
 
-from resilient_slurm.sandbox.cluster import Paths, daemon_env, find_program, read_meta, write_meta
-from resilient_slurm.sandbox.procs import SandboxError, pid_alive, recorded_pids, spawn, wait_for
 from resilient_slurm.slurm import connect
+from resilient_slurm_lab.sandbox.cluster import (
+    Paths,
+    daemon_env,
+    find_program,
+    read_meta,
+    write_meta,
+)
+from resilient_slurm_lab.sandbox.procs import (
+    SandboxError,
+    pid_alive,
+    recorded_pids,
+    spawn,
+    wait_for,
+)
 
 STALL_READY_TIMEOUT = 10.0
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stallhelper.py")

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from resilient_slurm.sandbox.cluster import Paths, SandboxError, read_meta
+from resilient_slurm_lab.sandbox.cluster import Paths, SandboxError, read_meta
 
 DEFAULT_USER = "rsjob"
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"

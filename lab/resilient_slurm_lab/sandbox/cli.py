@@ -8,9 +8,9 @@ import time
 
 import click
 
-from resilient_slurm.sandbox import lifecycle
-from resilient_slurm.sandbox.cluster import TIMINGS, Paths, SandboxError, read_meta
 from resilient_slurm.slurm import SlurmError, connect
+from resilient_slurm_lab.sandbox import lifecycle
+from resilient_slurm_lab.sandbox.cluster import TIMINGS, Paths, SandboxError, read_meta
 
 DIR_OPTION = click.option(
     "--dir", "root", default=lifecycle.DEFAULT_DIR, show_default=True,
@@ -77,7 +77,7 @@ def sandbox() -> None:
 def up(nodes: int, hooks: bool, timing: str, user: str, watch: bool, repair: bool,
        health_interval: int | None, metrics: bool, root: str) -> None:
     """Start the sandbox and wait until every node is idle; prints SLURM_CONF=<path>."""
-    from resilient_slurm.sandbox import metrics_stack, prom
+    from resilient_slurm_lab.sandbox import metrics_stack, prom
 
     if metrics and not hooks:
         _fail(SandboxError("--metrics reads the hooks' metrics: it needs --hooks"))
@@ -128,7 +128,7 @@ def env(root: str) -> None:
     """Print shell `export` lines for this sandbox (use with eval): everything a job on it
     needs (Slurm's config, the hooks' config, where resilient-launch reads the published
     verdicts from, a node-memory folder per node for memory tiers)."""
-    from resilient_slurm.sandbox.jobuser import job_env
+    from resilient_slurm_lab.sandbox.jobuser import job_env
 
     paths = Paths(root)
     try:
@@ -219,7 +219,7 @@ def exec_as_user(argv: tuple[str, ...], cwd: str | None, root: str) -> None:
       resilient-slurm sandbox exec-as-user -- sbatch -N2 job.sh
       resilient-slurm sandbox exec-as-user -- srun -N2 id -un
     """
-    from resilient_slurm.sandbox.jobuser import exec_as
+    from resilient_slurm_lab.sandbox.jobuser import exec_as
 
     try:
         exec_as(root, argv, cwd)

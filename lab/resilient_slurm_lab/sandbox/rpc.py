@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from resilient_slurm.sandbox.cluster import (
+from resilient_slurm_lab.sandbox.cluster import (
     Paths,
     SandboxError,
     daemon_env,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from resilient_slurm.sandbox import prom
-from resilient_slurm.sandbox.cluster import Paths, read_meta, write_meta
-from resilient_slurm.sandbox.jobuser import (
+from resilient_slurm_lab.sandbox import prom
+from resilient_slurm_lab.sandbox.cluster import Paths, read_meta, write_meta
+from resilient_slurm_lab.sandbox.jobuser import (
     JobUser,
     jobs_index,
     jobs_metrics_dir,

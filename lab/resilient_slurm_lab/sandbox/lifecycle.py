@@ -11,8 +11,9 @@ import time
 from collections.abc import Sequence
 
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.sandbox import cgroup, controller, jobuser, nodefaults, privileges, rpc
-from resilient_slurm.sandbox.cluster import (
+from resilient_slurm.slurm import SlurmError, connect
+from resilient_slurm_lab.sandbox import cgroup, controller, jobuser, nodefaults, privileges, rpc
+from resilient_slurm_lab.sandbox.cluster import (
     Paths,
     Plan,
     SandboxError,
@@ -28,8 +29,8 @@ from resilient_slurm.sandbox.cluster import (
     write_meta,
     write_munge_key,
 )
-from resilient_slurm.sandbox.power import setup as power_setup
-from resilient_slurm.sandbox.procs import (
+from resilient_slurm_lab.sandbox.power import setup as power_setup
+from resilient_slurm_lab.sandbox.procs import (
     kill_pids,
     memory_kib,
     pid_alive,
@@ -38,7 +39,6 @@ from resilient_slurm.sandbox.procs import (
     spawn,
     wait_for,
 )
-from resilient_slurm.slurm import SlurmError, connect
 
 DEFAULT_DIR = "/tmp/resilient-slurm-sandbox"
 DEFAULT_USER = jobuser.DEFAULT_USER
@@ -298,7 +298,7 @@ def down(root: str = DEFAULT_DIR, quiet: bool = False) -> list[int]:
         if quiet:
             return []
         raise SandboxError(f"no sandbox at {paths.root}")
-    from resilient_slurm.sandbox import metrics_stack
+    from resilient_slurm_lab.sandbox import metrics_stack
 
     metrics_stack.stop(paths)  # `up --metrics`: Prometheus and its node_exporters
     ctld = controller_pid(root)

@@ -25,9 +25,9 @@ import time
 from collections.abc import Sequence
 
 from resilient_slurm import fsutil
-from resilient_slurm.sandbox import nodefaults
-from resilient_slurm.sandbox.cluster import Paths
-from resilient_slurm.sandbox.procs import SandboxError
+from resilient_slurm_lab.sandbox import nodefaults
+from resilient_slurm_lab.sandbox.cluster import Paths
+from resilient_slurm_lab.sandbox.procs import SandboxError
 
 REBOOTED = "# sandbox/power.py: the same hardware under a new boot id"
 
@@ -124,7 +124,7 @@ def resume(root: str, nodes: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m resilient_slurm.sandbox.power ROOT reboot|suspend|resume [HOSTLIST]``."""
+    """``python -m resilient_slurm_lab.sandbox.power ROOT reboot|suspend|resume [HOSTLIST]``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[1] not in ("reboot", "suspend", "resume"):
         print("usage: power ROOT reboot|suspend|resume [HOSTLIST]", file=sys.stderr)
@@ -168,8 +168,9 @@ def setup(paths: Paths, conf: list[str]) -> str:
     shutil.rmtree(paths.p("repair"), ignore_errors=True)  # a new cluster: no history
     for what in ("reboot", "suspend", "resume"):
         fsutil.atomic_write(os.path.join(bindir, what),
-                            f"#!/bin/sh\nexec {sys.executable} -I -m resilient_slurm.sandbox.power"
-                            f" {paths.root} {what} \"$@\"\n", mode=0o755)
+                            f"#!/bin/sh\nexec {sys.executable} -I -m "
+                            f"resilient_slurm_lab.sandbox.power {paths.root} {what} \"$@\"\n",
+                            mode=0o755)
     conf += [f"RebootProgram={os.path.join(bindir, 'reboot')}",
              f"SuspendProgram={os.path.join(bindir, 'suspend')}",
              f"ResumeProgram={os.path.join(bindir, 'resume')}",

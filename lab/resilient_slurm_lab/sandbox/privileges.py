@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from resilient_slurm.sandbox.cluster import Paths
+from resilient_slurm_lab.sandbox.cluster import Paths
 
 ROOT_ONLY_FILES = ("kernel.log", "scenario.toml")  # the simulated dmesg, and its source
 ROOT_ONLY_DIRS = ("hooks", "health", "state")  # hook state, kernel-log positions

@@ -25,7 +25,8 @@ import os
 import signal
 import subprocess
 
-from resilient_slurm.sandbox.cluster import (
+from resilient_slurm.slurm import SlurmError, connect
+from resilient_slurm_lab.sandbox.cluster import (
     Paths,
     daemon_env,
     find_program,
@@ -34,8 +35,8 @@ from resilient_slurm.sandbox.cluster import (
     watch_shim,
     write_meta,
 )
-from resilient_slurm.sandbox.controller import Stall, start_stall
-from resilient_slurm.sandbox.procs import (
+from resilient_slurm_lab.sandbox.controller import Stall, start_stall
+from resilient_slurm_lab.sandbox.procs import (
     SandboxError,
     all_procs,
     descendants,
@@ -44,7 +45,6 @@ from resilient_slurm.sandbox.procs import (
     spawn,
     wait_for,
 )
-from resilient_slurm.slurm import SlurmError, connect
 
 NODE_ENV = "RESILIENT_SANDBOX_NODE"
 

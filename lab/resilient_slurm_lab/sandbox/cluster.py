@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from resilient_slurm.fsutil import atomic_write, atomic_write_json, read_json
-from resilient_slurm.sandbox.procs import (
+from resilient_slurm_lab.sandbox.procs import (
     Proc,
     SandboxError,
     all_procs,
@@ -252,7 +252,7 @@ class Members:
         return [*self.jobs, *self.step_daemons, *self.daemons, *self.helpers]
 
 
-POWER_MODULE = "resilient_slurm.sandbox.power"  # sandbox up --repair's programs
+POWER_MODULE = "resilient_slurm_lab.sandbox.power"  # sandbox up --repair's programs
 
 
 def _is_daemon(paths: Paths, info: Proc) -> bool:
