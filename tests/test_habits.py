@@ -31,7 +31,8 @@ def prerequisites(makefile: str, target: str) -> list[str]:
 def test_make_test_lints_and_typechecks() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert {"lint", "typecheck"} <= set(prerequisites(makefile, "test"))
-    assert "ruff check" in makefile and "mypy -p resilient_slurm" in makefile
+    assert "ruff check" in makefile and "mypy -p resilient_slurm\n" in makefile
+    assert "mypy -p resilient_slurm_lab" in makefile  # the lab (lab/) too
     assert "mypy tests" in makefile  # the tests too, with their settings
 
 
@@ -76,11 +77,11 @@ MAX_LINES = 400  # the before-stop check: split a product module rather than gro
 
 
 def long_modules(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
-    """Product modules (every ``.py`` under the folders ``package-dir`` maps, and the
-    benchmark's and the scripts' own) over ``limit`` lines, as ``path: lines``."""
+    """Product modules (every ``.py`` under the folders ``package-dir`` maps, and the lab's,
+    the benchmark's and the scripts' own) over ``limit`` lines, as ``path: lines``."""
     with open(root / "pyproject.toml", "rb") as fh:
         folders = set(tomllib.load(fh)["tool"]["setuptools"]["package-dir"].values())
-    folders |= {f for f in ("bench", "scripts") if (root / f).is_dir()}
+    folders |= {f for f in ("lab", "bench", "scripts") if (root / f).is_dir()}
     out = []
     for folder in sorted(folders):
         for path in sorted((root / folder).rglob("*.py")):
