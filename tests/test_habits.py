@@ -81,7 +81,7 @@ def long_modules(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
     the benchmark's and the scripts' own) over ``limit`` lines, as ``path: lines``."""
     with open(root / "pyproject.toml", "rb") as fh:
         folders = set(tomllib.load(fh)["tool"]["setuptools"]["package-dir"].values())
-    folders |= {f for f in ("lab", "bench", "scripts") if (root / f).is_dir()}
+    folders |= {f for f in ("lab/resilient_slurm_lab", "bench", "scripts") if (root / f).is_dir()}
     out = []
     for folder in sorted(folders):
         for path in sorted((root / folder).rglob("*.py")):
