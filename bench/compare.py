@@ -22,7 +22,7 @@ Mechanisms (same model, steps, checkpoint interval and seeded fault schedule):
   shrink 3 ranks to 2 from the peer copy). Its soft timeout (a hang's detection) is the
   heartbeat timeout the others get, so no mechanism finds a hang sooner by configuration; its
   hard timeout is 10 s more, and level 1's heartbeat timeout ``INPROCESS_HB_MARGIN_S`` above
-  that, as ``launcher/inprocess_plan.py`` requires;
+  that, as ``launcher/cycle/inprocess_plan.py`` requires;
 * ``resilient-launch --inprocess + 1 spare``: the same on one node more (``--spares 1
   --inprocess``): every node runs a rank, the spare's stands by inside level 0 (torch
   imported, waiting in NVRx's Wrapper) and takes a lost rank's place in the live processes,

@@ -22,7 +22,7 @@ from typing import Any
 from mechanisms import schedule_check
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 from resilient_slurm.training.faults import Fault, compute_schedule
 
 REPO = Path(__file__).resolve().parents[1]

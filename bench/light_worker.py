@@ -19,7 +19,7 @@ import time
 from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
 
 from resilient_slurm.events import EventKind, EventLog, TrainingResume
-from resilient_slurm.launcher.progress import report_step
+from resilient_slurm.launcher.cycle.progress import report_step
 
 
 def main() -> int:

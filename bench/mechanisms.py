@@ -27,7 +27,7 @@ def inprocess_env(soft: float, hard: float) -> dict[str, str]:
 
 def took_spare(fault: dict[str, Any]) -> bool:
     """Whether a spare took this fault's place, read from the row's events as the harness
-    classified them (``launcher/report.py``'s handler, the fault's ``detail``): the new cycle
+    classified them (``launcher/report/report.py``'s handler, the fault's ``detail``): the new cycle
     with the spare in (the launcher's ``spare`` event: "spare NODE in for NODE"), or a standby
     in level 0 (the training resumed with the world size kept and ranks lost: "a standby took
     ranks N' place"). A shrink ("ranks N left out") or a restart is no spare's doing."""

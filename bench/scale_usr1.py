@@ -44,7 +44,7 @@ from harness import BIN, TERMINAL, TRAIN_SCRIPT  # noqa: E402
 
 from resilient_slurm.checkpoint.layout import latest_committed_step  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
-from resilient_slurm.launcher.observe import EventTail  # noqa: E402
+from resilient_slurm.launcher.shim.observe import EventTail  # noqa: E402
 from resilient_slurm.slurm import connect  # noqa: E402
 from resilient_slurm_lab.sandbox import lifecycle  # noqa: E402
 

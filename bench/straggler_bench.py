@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from resilient_slurm.events import EventKind, read_events  # noqa: E402
-from resilient_slurm.launcher import report  # noqa: E402
+from resilient_slurm.launcher.report import report  # noqa: E402
 
 SLOW_FROM = 10
 

@@ -4,7 +4,7 @@ Each run trains ``sbatch/train_fsdp.py`` as ``--nodes`` local processes, each on
 (``SLURMD_NODENAME`` node1..nodeN, one rank each, the process-group set-up torchrun would
 give), all on this host's shared cores, with step timing every ``--every`` steps and no
 fault. The ``step_timing`` events are then replayed through the launcher's own verdict
-(``launcher.straggler.Watch``) exactly as it judges them during a cycle, for each window
+(``launcher.recovery.straggler.Watch``) exactly as it judges them during a cycle, for each window
 asked. Printed: per run, the highest per-node ratio (the verdict's statistic: the low median
 over the window of a node's compute / the other nodes' median) and any verdict; at the end,
 the highest ratio of all runs, which the default ``--straggler-factor`` must stay above.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import straggler
+from resilient_slurm.launcher.recovery import straggler
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "sbatch" / "train_fsdp.py"

@@ -8,7 +8,7 @@ result with such a code, ``warn`` or ``fail``, as a precursor, not a failure:
   The result counts as ``warn``; the published verdict says ``status: warn`` with the codes in
   ``precursors`` (``verdict_file``), and a ``precursor`` event (``action: published``) is
   written. The job's launcher reads the verdict and moves the job off the node at a step
-  boundary when a spare waits (``launcher/evacuate.py``); a launcher that does not know the
+  boundary when a spare waits (``launcher/recovery/evacuate.py``); a launcher that does not know the
   field sees a healthy ``warn``.
 * **no job runs there** (none ever did, or the launcher evacuated it and gave the node back):
   the node is **drained for repair**: the precursor results fail with a hold

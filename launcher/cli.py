@@ -16,17 +16,11 @@ import click
 
 from resilient_slurm import verdict_file
 from resilient_slurm.config_schema import ConfigError
-from resilient_slurm.launcher import (
-    exclusions,
-    ft_config,
-    plan,
-    site_config,
-    spares,
-    straggler,
-    torchrun_args,
-)
-from resilient_slurm.launcher.exits import EXIT_ERROR, EXIT_MEANINGS, EXIT_USAGE
-from resilient_slurm.launcher.launch_env import launch_options, script_checkpoint_dir
+from resilient_slurm.launcher import site_config
+from resilient_slurm.launcher.cycle import ft_config, plan, torchrun_args
+from resilient_slurm.launcher.cycle.launch_env import launch_options, script_checkpoint_dir
+from resilient_slurm.launcher.recovery import exclusions, spares, straggler
+from resilient_slurm.launcher.recovery.exits import EXIT_ERROR, EXIT_MEANINGS, EXIT_USAGE
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
@@ -301,7 +295,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
         _die(f"cannot reach Slurm: {exc}")
     store = None
     if inprocess:
-        from resilient_slurm.launcher import inprocess_plan
+        from resilient_slurm.launcher.cycle import inprocess_plan
 
         try:
             opts = inprocess_plan.configure(opts, features, cfg.min_nodes, len(alloc.nodes),
@@ -309,7 +303,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
             if not dry_run:
                 store = inprocess_plan.StoreHost()
                 store.start()
-                from resilient_slurm.launcher.evidence import node_addresses
+                from resilient_slurm.launcher.recovery.evidence import node_addresses
 
                 batch = [alloc.batch_node] if alloc.batch_node else []
                 addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
@@ -337,7 +331,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
 
 def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
                 features: plan.Features, cfg: Settings) -> None:
-    from resilient_slurm.launcher import evidence, ledger
+    from resilient_slurm.launcher.recovery import evidence, ledger
 
     node_ledger = ledger.load(cfg.state_dir)  # read only: a dry run writes nothing
     nodes = node_ledger.usable(list(alloc.nodes))
@@ -364,7 +358,7 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     cycle = plan.plan_cycle(alloc, opts, features, nodes, addrs, node_ledger.cycles + 1, cycle_dir)
     echo(f"cycle {cycle.number}: rendezvous {cycle.endpoint} id {cycle.rdzv_id}")
     if opts.min_nnodes:
-        from resilient_slurm.launcher import inprocess_plan
+        from resilient_slurm.launcher.cycle import inprocess_plan
 
         echo("in-process level 0 timeouts: " + ip_timeouts.describe(
             ip_timeouts.from_env(os.environ), NVRX_L0))

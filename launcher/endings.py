@@ -7,7 +7,7 @@ Two requeue sequences:
   (readmission, with verdicts read on the allocation's nodes), the fit is checked (a job that
   could never start again ends with ``cannot-fit`` instead), then ``requeue.take``;
 * after SIGUSR1 (the time-limit warning): ``requeue.take`` first, its call retried until
-  shortly before the job's end (``launcher/timelimit.py``); everything else (the cycle's
+  shortly before the job's end (``launcher/recovery/timelimit.py``); everything else (the cycle's
   records, the events, the ledger, the review from what is readable without the allocation,
   the fit) comes after it, while the job pends, within the KillWait budget. A job that can
   never start again is then cancelled with ``cannot-fit``.
@@ -23,19 +23,17 @@ from typing import Any
 
 from resilient_slurm import events
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import (
-    budgeted,
-    exclusions,
-    joblog,
-    ledger,
-    plan,
-    policy,
-    progress,
-    timelimit,
+from resilient_slurm.launcher.cycle import budgeted, plan, progress
+from resilient_slurm.launcher.recovery import exclusions, ledger, policy, timelimit
+from resilient_slurm.launcher.recovery.exits import (
+    EXIT_CANNOT_FIT,
+    EXIT_OF,
+    EXIT_REQUEUED,
+    VERDICT_OF,
 )
-from resilient_slurm.launcher.exits import EXIT_CANNOT_FIT, EXIT_OF, EXIT_REQUEUED, VERDICT_OF
-from resilient_slurm.launcher.policy import Action, Phase, Signal
-from resilient_slurm.launcher.requeue import budget_for, take, update_pending
+from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
+from resilient_slurm.launcher.recovery.requeue import budget_for, take, update_pending
+from resilient_slurm.launcher.report import joblog
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
@@ -75,8 +73,8 @@ class Endings:
         return code
 
     def _readmit(self) -> list[str]:
-        """Review the exclusions before a requeue (``launcher/exclusions.py``): readmit nodes
-        healthy since, expire old ones nothing re-confirms; the nodes that are back."""
+        """Review the exclusions before a requeue (``launcher/recovery/exclusions.py``): readmit
+        nodes healthy since, expire old ones nothing re-confirms; the nodes that are back."""
         r = exclusions.reconsider(
             self.slurm, self.node_ledger, self.cfg.verdict_path, self.alloc, self.env,
             os.path.join(self.cfg.state_dir, "readmit",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resilient_slurm.launcher import exclusions, straggler
+from resilient_slurm.launcher.recovery import exclusions, straggler
 
 
 @dataclass
@@ -29,6 +29,6 @@ class Settings:
     exclusion_ttl: float = exclusions.DEFAULT_TTL_S  # seconds; 0: exclusions never expire
     straggler: straggler.Settings | None = None  # None: no straggler verdicts
     lost_node_wait: float = 130.0  # s for Slurm to flag a node whose launcher vanished
-    spares: int = 0  # --spares K: standby nodes of the allocation (launcher/spares.py)
+    spares: int = 0  # --spares K: standby nodes of the allocation (launcher/recovery/spares.py)
     metrics_dir: str = ""  # --metrics-dir: the job's textfile for node_exporter (job_metrics.py)
     job_index: str = ""  # --job-index: where `resilient-slurm fleet` finds this job

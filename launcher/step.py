@@ -21,8 +21,9 @@ from functools import partial
 from typing import Any
 
 from resilient_slurm.events import EventKind, EventLog, StopCycle
-from resilient_slurm.launcher import budgeted, evidence, plan
-from resilient_slurm.launcher.node import STOP_SIGNAL
+from resilient_slurm.launcher.cycle import budgeted, plan
+from resilient_slurm.launcher.recovery import evidence
+from resilient_slurm.launcher.shim.node import STOP_SIGNAL
 
 # nvidia-resiliency-ext still depends on the deprecated `pynvml` package, whose import hook
 # warns once per process (every rank, every restart) though the module it loads is
@@ -67,14 +68,14 @@ def stop_step(proc: subprocess.Popen[bytes], record_dir: str, grace: float, log:
               kill_bound: float) -> bool:
     """Stop the step ``proc`` (its srun) runs, without waiting on slurmctld: SIGUSR2 to srun,
     which forwards it to every task through the nodes' slurmd (the node shim turns it into
-    ft_launcher's orderly stop, ``launcher/node.py``); then wait until srun ended or every
+    ft_launcher's orderly stop, ``launcher/shim/node.py``); then wait until srun ended or every
     task that started wrote its exit record, at most ``grace`` seconds. Past it, SIGTERM to
     srun (it kills every task) and, past ``kill_bound`` more seconds (a lost node's task never
     ends; MessageTimeout-sized), srun itself is killed. True when the step was forced: it may
     linger in Slurm, holding its resources, until its nodes are DOWN (later steps overlap).
 
     The task records live on shared storage: each read of them has a budget
-    (``launcher/budgeted.py``); one that does not answer counts as "tasks started, not
+    (``launcher/cycle/budgeted.py``); one that does not answer counts as "tasks started, not
     ended", so a stalled filesystem costs at most the grace, never more.
 
     ``scancel --signal=TERM JOB.STEP`` is not used: it needs the controller, and Slurm 22.05's

@@ -1,11 +1,11 @@
 """The cycle loop: launch, wait (watching for node faults and signals), gather evidence, ask
 ``policy.decide`` what next, act.
 
-Exit codes: ``launcher/exits.py``; the watch over a running cycle: ``launcher/watch.py``;
+Exit codes: ``launcher/recovery/exits.py``; the watch over a running cycle: ``launcher/watch.py``;
 starting and stopping its step (SIGTERM to the tasks, never to srun): ``launcher/step.py``;
 the bounds on the signal paths (the stop's grace, the time-limit requeue's window):
-``launcher/timelimit.py``. After SIGUSR1 the requeue is the first thing the launcher asks of
-the controller or of shared storage once the step ended: the records, the cycle's end, the
+``launcher/recovery/timelimit.py``. After SIGUSR1 the requeue is the first thing the launcher asks
+of the controller or of shared storage once the step ended: the records, the cycle's end, the
 review of exclusions and the fit check come after it, while the job pends.
 """
 
@@ -23,29 +23,24 @@ from functools import partial
 from resilient_slurm import events
 from resilient_slurm.events import EventKind
 from resilient_slurm.fsutil import atomic_write
-from resilient_slurm.launcher import (
+from resilient_slurm.launcher import step, watch
+from resilient_slurm.launcher.cycle import budgeted, inprocess_plan, plan, progress
+from resilient_slurm.launcher.endings import Endings
+from resilient_slurm.launcher.recovery import (
     blame,
-    budgeted,
     evacuate,
     evidence,
     exclusions,
-    inprocess_plan,
-    job_metrics,
-    joblog,
     ledger,
     level0,
     nodewatch,
-    plan,
     policy,
-    progress,
     spares,
-    step,
     straggler,
     timelimit,
-    watch,
 )
-from resilient_slurm.launcher.endings import Endings
-from resilient_slurm.launcher.policy import Action, Phase, Signal
+from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
+from resilient_slurm.launcher.report import job_metrics, joblog
 from resilient_slurm.launcher.settings import Settings
 from resilient_slurm.slurm import SlurmBackend
 
@@ -268,7 +263,7 @@ class Supervisor(Endings):
 
     def _evacuation(self, nodes: list[str], since: float,
                     cycle_dir: str) -> evacuate.Evacuation | None:
-        """The cycle's watch for precursors (``launcher/evacuate.py``; None: no verdicts);
+        """The cycle's watch for precursors (``launcher/recovery/evacuate.py``; None: no verdicts);
         ``since``: the oldest verdict that counts (a precursor is published once: one from
         before this cycle, within ``verdict_max_age`` (300 s), still stands)."""
         if not self.cfg.verdict_path:

@@ -2,7 +2,7 @@
 ``policy.stop_reason`` decide.
 
 Each :meth:`CycleWatch.tick` reads the job's events file once, within a time budget
-(``launcher/budgeted.py``: a stalled shared filesystem never holds the tick; the checkpoint
+(``launcher/cycle/budgeted.py``: a stalled shared filesystem never holds the tick; the checkpoint
 scan of ``on_state_check`` likewise) (``observe.EventTail``: the
 node shims' observations for the job log, the restart count and the node watch; the
 ``step_timing`` samples for the straggler monitor), then gathers, cheapest first: a pending
@@ -14,7 +14,7 @@ else stops the cycle, the node watch (``nodewatch``, less the nodes level 0 left
 node watch forward to this tick (the hooks' node watcher publishes within seconds), and so
 does the answer of its batched Slurm query (asked in a worker thread, never waited for).
 Last, when nothing else stops the cycle, a fresh precursor in a training node's verdict with
-a healthy spare waiting stops it to move off the node (``launcher/evacuate.py``). The
+a healthy spare waiting stops it to move off the node (``launcher/recovery/evacuate.py``). The
 order of these reasons is :func:`policy.stop_reason`'s; stopping the step is the
 supervisor's (``launcher/step.py``).
 """
@@ -27,18 +27,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from resilient_slurm.events import EventKind, Fault, LeftOut
-from resilient_slurm.launcher import (
-    budgeted,
-    evacuate,
-    joblog,
-    level0,
-    nodewatch,
-    observe,
-    policy,
-    restarts,
-    straggler,
-)
-from resilient_slurm.launcher.policy import Signal
+from resilient_slurm.launcher.cycle import budgeted
+from resilient_slurm.launcher.recovery import evacuate, level0, nodewatch, policy, straggler
+from resilient_slurm.launcher.recovery.policy import Signal
+from resilient_slurm.launcher.report import joblog
+from resilient_slurm.launcher.shim import observe, restarts
 from resilient_slurm.slurm import SlurmBackend
 
 
@@ -132,8 +125,8 @@ class CycleWatch:
 
     def _past_level0(self, bad: list[str], events: list[dict[str, Any]]) -> list[str]:
         """The bad nodes that stop the step: all of them, except under ``--inprocess`` those
-        level 0 left out (recorded once, ``left_out``) or still has time to (launcher/level0).
-        ``events``: this cycle's, as the tail has read them."""
+        level 0 left out (recorded once, ``left_out``) or still has time to
+        (launcher/recovery/level0). ``events``: this cycle's, as the tail has read them."""
         if self.level0 is None or not bad:
             return bad
         left = level0.left_out_nodes(events, self.since)

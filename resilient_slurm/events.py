@@ -133,7 +133,7 @@ class EventKind(StrEnum):
     NO_PROGRESS_SIGNAL = "no_progress_signal"  # no way to see progress: that verdict is off
     STRAGGLER = "straggler"  # a node is slower than its peers
     STRAGGLER_CAUSE = "straggler_cause"  # the hooks' verdict for a straggler
-    # The node shim, from ft_launcher's output (launcher/observe.py).
+    # The node shim, from ft_launcher's output (launcher/shim/observe.py).
     WORKER_EXCEPTION = "worker_exception"  # a rank's traceback
     PEER_LOST = "peer_lost"  # a rank lost its connection to a peer that died first
     RANK_DISCONNECTED = "rank_disconnected"  # a rank's process closed its monitor connection

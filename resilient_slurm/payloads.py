@@ -220,7 +220,7 @@ class StopCycle(TypedDict, total=False):
 
 class Evacuate(TypedDict, total=False):
     """``evacuate``: the launcher moves the job off a node whose hooks publish a precursor
-    (``launcher/evacuate.py``). ``outcome``: ``stopping`` (a healthy spare waits: the step
+    (``launcher/recovery/evacuate.py``). ``outcome``: ``stopping`` (a healthy spare waits: the step
     stops, the spare takes the node's place), ``no spare`` (the job goes on there; a fault or
     the next checkpoint decides), ``spare busy`` (..., no healthy standby now)."""
 
@@ -337,7 +337,7 @@ class NoProgressSignal(TypedDict, total=False):
 
 
 class Straggler(TypedDict, total=False):
-    """``straggler``: a node is slower than its peers (launcher/straggler.py)."""
+    """``straggler``: a node is slower than its peers (launcher/recovery/straggler.py)."""
 
     action: str
     factor: float

@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 
 class Relayed(TypedDict, total=False):
-    """What the shim's relay adds to each event it records (launcher/relay.py)."""
+    """What the shim's relay adds to each event it records (launcher/shim/relay.py)."""
 
     dropped: int | None  # events it could not record before this one
     # a failure report's: the node's ranks seen stopped (SIGSTOP, process state T) lately

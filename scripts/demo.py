@@ -164,8 +164,8 @@ def main() -> int:
         say("-" * 78)
         say("report (resilient-slurm report STATE_DIR --plot FILE.png):")
         say("-" * 78)
-        from resilient_slurm.launcher import report
-        from resilient_slurm.launcher.report_plot import plot
+        from resilient_slurm.launcher.report import report
+        from resilient_slurm.launcher.report.plot import plot
 
         evs = list(harness.read_events(events))
         if evs:

@@ -1,4 +1,4 @@
-"""A job's events with known badput (tests of launcher/badput.py and the fleet command)."""
+"""A job's events with known badput (tests of launcher/report/badput.py and the fleet command)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from resilient_slurm.healthcheck.metrics import NodeFacts, render
 from resilient_slurm.healthcheck.model import Report, Result
-from resilient_slurm.launcher import badput, job_metrics, report
+from resilient_slurm.launcher.report import badput, job_metrics, report
 from resilient_slurm_lab.sandbox import prom
 from tests.badput_events import job_events
 

@@ -102,7 +102,7 @@ def broken_links(path: Path) -> list[str]:
 
 
 def missing_paths(path: Path) -> list[str]:
-    """Repository paths named in code spans (``launcher/policy.py``, ``bench/run_all.py``):
+    """Repository paths named in code spans (``launcher/cycle/plan.py``, ``bench/run_all.py``):
     those that start with one of the repository's folders must exist."""
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
     problems = []

@@ -12,7 +12,7 @@ import pytest
 from resilient_slurm.config import load_config
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.hooks.nodestate import drain_reason
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_LINE = re.compile(

@@ -15,7 +15,7 @@ import pytest
 from resilient_slurm.events import PAYLOADS, EventKind
 from resilient_slurm.healthcheck.exits import CHECK_EXITS, ExitTable, render
 from resilient_slurm.hooks.exits import HOOK_EXITS
-from resilient_slurm.launcher.exits import EXIT_MEANINGS
+from resilient_slurm.launcher.recovery.exits import EXIT_MEANINGS
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 SPAN = re.compile(r"`([^`]+)`")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from resilient_slurm.events import EventKind, EventLog, read_events
-from resilient_slurm.launcher import observe
+from resilient_slurm.launcher.shim import observe
 
 
 def test_a_kind_is_written_as_its_plain_string(tmp_path) -> None:

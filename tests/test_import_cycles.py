@@ -3,8 +3,8 @@ the import graph between folders.
 
 The graph is read from the source with the stdlib's ``ast`` (nothing is imported): each file
 under a folder of ``[tool.setuptools] package-dir`` in pyproject.toml is the module that mapping
-names (``launcher/plan.py`` is ``resilient_slurm.launcher.plan``), and ``bench/*.py`` are the
-top-level modules the benchmark scripts import each other as (``from render import ...``).
+names (``launcher/cycle/plan.py`` is ``resilient_slurm.launcher.cycle.plan``), and ``bench/*.py``
+are the top-level modules the benchmark scripts import each other as (``from render import ...``).
 
 Counted: every ``import`` / ``from ... import`` anywhere in a file, function-level ones and
 those under ``if TYPE_CHECKING:`` included (a local import that closes a loop is still a loop a

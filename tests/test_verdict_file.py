@@ -121,10 +121,10 @@ def test_an_unreadable_default_config_is_a_warning_not_silence(tmp_path: Path,
 
 def test_the_on_node_reader_says_why_it_read_nothing(tmp_path: Path, capsys,
                                                      monkeypatch) -> None:
-    """``launcher/published.py`` (run on a node by ``srun --overlap``): a verdict file it
+    """``launcher/recovery/published.py`` (run on a node by ``srun --overlap``): a verdict file it
     cannot read is exit 1 and one JSON line on stdout saying why, which the launcher records
     (its node shim keeps stdout) and names in the job's log."""
-    from resilient_slurm.launcher import evidence, published
+    from resilient_slurm.launcher.recovery import evidence, published
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     pattern = str(tmp_path / "none" / "{node}.json")

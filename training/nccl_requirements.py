@@ -6,7 +6,7 @@ SHARP's multicast objects are not released by an abort), ``TORCH_NCCL_RETHROW_CU
 >= 2.26.2 and torch >= 2.5.1.
 
 * :data:`NCCL_ENV`: the two variables ``resilient-launch --inprocess`` sets for the ranks
-  when the job did not set them (``launcher/inprocess_plan.worker_env``; the user's value is
+  when the job did not set them (``launcher/cycle/inprocess_plan.worker_env``; the user's value is
   kept, and then checked here).
 * :func:`check`: one :class:`Requirement` per item, status ``ok``/``fail``/``unknown`` with
   its reason and evidence. Without CUDA (a CPU torch: gloo, no NCCL) the NCCL version is

@@ -33,7 +33,7 @@ from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.nccl_requirements import NCCL_ENV
 
 if TYPE_CHECKING:
-    from resilient_slurm.launcher.plan import Features, LaunchOptions
+    from resilient_slurm.launcher.cycle.plan import Features, LaunchOptions
 
 MIN_HEARTBEAT_MARGIN = 10.0  # seconds level 1 waits beyond level 0's hard timeout
 FLOOR_ENV = "RESILIENT_HEARTBEAT_FLOOR"  # launch_env.adapt_env: scripts adapt, not below it
@@ -70,8 +70,8 @@ def level0_timeouts(env: Mapping[str, str]) -> tuple[dict[str, float], bool]:
 
 
 def level0_grace(opts: LaunchOptions, env: Mapping[str, str]) -> float:
-    """How long level 2 leaves a bad node to level 0 (``launcher/level0.py``): level 0's own
-    bound (its hard or heartbeat timeout, the longer, plus the margin), never longer than
+    """How long level 2 leaves a bad node to level 0 (``launcher/recovery/level0.py``): level 0's
+    own bound (its hard or heartbeat timeout, the longer, plus the margin), never longer than
     level 1's heartbeat timeout (by then level 1 acts anyway)."""
     values, _ = level0_timeouts(env)
     bound = max(values["hard_timeout"], values["heartbeat_timeout"]) + MIN_HEARTBEAT_MARGIN

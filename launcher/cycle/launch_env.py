@@ -10,7 +10,7 @@ import os
 
 import click
 
-from resilient_slurm.launcher import ft_config, plan, torchrun_args
+from resilient_slurm.launcher.cycle import ft_config, plan, torchrun_args
 
 
 def launch_options(ctx: click.Context) -> plan.LaunchOptions:

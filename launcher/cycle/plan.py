@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from resilient_slurm import proc
-from resilient_slurm.launcher import feature_cache, rank_pin
-from resilient_slurm.launcher.ft_config import ft_key
-from resilient_slurm.launcher.node import LOCAL_ADDR, NODE  # filled in per node by the shim
+from resilient_slurm.launcher.cycle import feature_cache, rank_pin
+from resilient_slurm.launcher.cycle.ft_config import ft_key
+from resilient_slurm.launcher.shim import node as shim  # fills LOCAL_ADDR and NODE in per node
 from resilient_slurm.slurm import HostlistError, compress, expand
 
 # Canonical option -> spellings seen across NVRx releases (0.4.1 first). The first spelling
@@ -120,7 +120,7 @@ def detect_features(ft_launcher: str = "ft_launcher", timeout: float = 60.0,
                     cache: bool = True) -> Features:
     """Run ``ft_launcher --help`` and read which flags this NVRx release has (and which of
     the spellings we know it calls deprecated); cached per installed ft_launcher
-    (launcher/feature_cache.py), so a job start or requeue does not pay the run again."""
+    (launcher/cycle/feature_cache.py), so a job start or requeue does not pay the run again."""
     spellings = sorted({f for names in FT_FLAGS.values() for f in names})
     version = ""
     try:
@@ -236,7 +236,7 @@ def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: s
             return
         argv.append(flag if value is None else f"{flag}={value}")
 
-    add("local_addr", LOCAL_ADDR)
+    add("local_addr", shim.LOCAL_ADDR)
     if opts.initial_heartbeat_timeout is not None:  # else NVRx's own: never forced
         add("initial_heartbeat", _num(opts.initial_heartbeat_timeout))
     if opts.heartbeat_timeout is not None:
@@ -263,7 +263,7 @@ def ft_command(opts: LaunchOptions, features: Features, nnodes: int, endpoint: s
 def node_wrapper(record_dir: str, addrs_file: str = "") -> list[str]:
     """The per-node shim: records each node's start and exit, fills in ``{local_addr}`` (from
     the JSON map in ``addrs_file``) and ``{node}``."""
-    return [sys.executable, "-m", "resilient_slurm.launcher.node", f"--record-dir={record_dir}",
+    return [sys.executable, "-m", shim.__name__, f"--record-dir={record_dir}",
             *([f"--addrs-file={addrs_file}"] if addrs_file else []), "--"]
 
 
@@ -273,7 +273,7 @@ NODELIST_ARG_MAX = 4096  # longer node lists go through a file (one argv string 
 def nodelist_option(nodes: Sequence[str], nodefile: str = "") -> str:
     """``--nodelist=a,b`` in the order given for short lists, ``--nodefile=FILE`` (the caller
     writes ``nodes`` there, one a line) for longer ones. Never a compressed hostlist: it sorts,
-    and the order is the node ranks' (``launcher/rank_pin.py``)."""
+    and the order is the node ranks' (``launcher/cycle/rank_pin.py``)."""
     plain = ",".join(nodes)
     return f"--nodelist={plain}" if len(plain) <= NODELIST_ARG_MAX or not nodefile \
         else f"--nodefile={nodefile}"
@@ -332,7 +332,7 @@ def plan_cycle(alloc: Allocation, opts: LaunchOptions, features: Features, nodes
     nodefile = os.path.join(cycle_dir, "nodelist")
     cycle_info = os.path.join(cycle_dir, "nvrx-cycles")
     ft = ft_command(opts, features, len(nodes), endpoint, rid,
-                    log_dir=os.path.join(cycle_dir, "torchelastic", NODE),
+                    log_dir=os.path.join(cycle_dir, "torchelastic", shim.NODE),
                     cycle_info_dir=cycle_info)
     if "cycle_info_dir" in opts.user_ft:  # the user's own directory: read that one
         cycle_info = next((a.split("=", 1)[1] for a in opts.ft_args

@@ -31,7 +31,7 @@ from resilient_slurm.checkpoint.layout import COMMIT_MARKER
 from resilient_slurm.events import Checkpoint as CheckpointEvent
 from resilient_slurm.events import EventKind, EventLog, NoProgressSignal, read_events
 from resilient_slurm.events import Progress as ProgressEvent
-from resilient_slurm.launcher.ckpt_meta import torch_zip_step
+from resilient_slurm.launcher.cycle.ckpt_meta import torch_zip_step
 
 # Completion markers: our own checkpoint layout's first (checkpoint/layout.py), then common ones.
 MARKERS = (COMMIT_MARKER, "DONE", "done", ".done", "COMPLETE", "complete", ".complete",
@@ -249,7 +249,7 @@ def report_step(step: int, **fields: object) -> None:
 
     .. code-block:: python
 
-        from resilient_slurm.launcher.progress import report_step
+        from resilient_slurm.launcher.cycle.progress import report_step
         ...
         report_step(step)  # after optimizer.step()
     """

@@ -56,7 +56,8 @@ def program(ft_launcher: str, version: str) -> list[str]:
     0.4.x (when the user did not name another program) this module, which runs the same
     ft_launcher with its node ranks in ``SLURM_PROCID`` order."""
     if ft_launcher == DEFAULT_FT_LAUNCHER and needs_pin(version):  # named: plans read as such
-        return [sys.executable, "-m", "resilient_slurm.launcher.rank_pin", DEFAULT_FT_LAUNCHER]
+        return [sys.executable, "-m", "resilient_slurm.launcher.cycle.rank_pin",
+                DEFAULT_FT_LAUNCHER]
     return [ft_launcher]
 
 
@@ -76,10 +77,10 @@ def pin(rendezvous: Any, procid: int) -> None:
 
 
 def main() -> None:
-    """``python -m resilient_slurm.launcher.rank_pin ft_launcher FT_LAUNCHER_ARGS...``: NVRx
+    """``python -m resilient_slurm.launcher.cycle.rank_pin ft_launcher FT_LAUNCHER_ARGS...``: NVRx
     0.4.x's ft_launcher with its node ranks in srun's task order."""
     if sys.argv[1:2] != [DEFAULT_FT_LAUNCHER]:
-        print(f"usage: python -m resilient_slurm.launcher.rank_pin {DEFAULT_FT_LAUNCHER} "
+        print(f"usage: python -m resilient_slurm.launcher.cycle.rank_pin {DEFAULT_FT_LAUNCHER} "
               "[ft_launcher's arguments]", file=sys.stderr, flush=True)
         sys.exit(2)
     del sys.argv[1]

@@ -63,7 +63,7 @@ def _say(msg: str) -> None:
 
 def _script_reports_steps() -> bool:
     """The script calls ``report_step`` itself: its step numbers, not ours."""
-    progress = sys.modules.get("resilient_slurm.launcher.progress")
+    progress = sys.modules.get("resilient_slurm.launcher.cycle.progress")
     return bool(getattr(progress, "CALLED", False))
 
 

@@ -8,8 +8,8 @@ Slurm state, and the per-node start/exit records of this cycle's step. ``decide`
 * **strong** evidence blames a node at once: a drain reason set by our health hooks (``rhc:``),
   a node Slurm sees as DOWN or FAIL, or as NOT_RESPONDING when its launcher started and never
   reported an exit (the node went away), a ``fail`` verdict the hooks published
-  during (or just before) the cycle, or a straggler verdict (``launcher/straggler.py``: slower
-  than the median by the set factor over the window; the launcher stopped the cycle for it);
+  during (or just before) the cycle, or a straggler verdict (``launcher/recovery/straggler.py``:
+  slower than the median by the set factor over the window; the launcher stopped the cycle for it);
 * **weak** evidence adds one strike to the node's ledger: a published ``unknown`` while most
   other nodes published a definite answer, a node whose launcher never started while others
   did ("never answered"), a drain with another reason (``Prolog error``, ...), or

@@ -29,9 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from resilient_slurm import verdict_file
-from resilient_slurm.events import Evacuate, EventKind
-from resilient_slurm.launcher import joblog
-from resilient_slurm.launcher.spares import Health
+from resilient_slurm.events import Evacuate, EventKind, EventLog
+from resilient_slurm.launcher.recovery.spares import Health
 
 PREFIX = "precursor: "  # the stop reason's start (policy: it is no fault)
 
@@ -43,7 +42,7 @@ class Evacuation:
     ``spare_health``: their health now (``spares.health``), asked only when a precursor
     appears."""
 
-    def __init__(self, log: joblog.JobLog, nodes: Sequence[str], since: float,
+    def __init__(self, log: EventLog, nodes: Sequence[str], since: float,
                  verdict_path: str, batch_node: str | None, standby: Sequence[str],
                  spare_health: Callable[[Sequence[str]], dict[str, Health]]) -> None:
         self.log, self.nodes, self.since = log, list(nodes), since

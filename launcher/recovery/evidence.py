@@ -19,14 +19,16 @@ from typing import Any, Protocol
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import EventKind, EventLog, VerdictUnread
-from resilient_slurm.launcher import blame, plan
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.recovery import blame
 from resilient_slurm.slurm import Node, SlurmBackend, SlurmError
 from resilient_slurm.status import FAIL
 
 
 class EvidenceSettings(Protocol):
-    """What the evidence reads of the supervisor's settings (``launcher/settings.py``'s
-    ``Settings``, which imports the exclusions, which import this module)."""
+    """What the evidence and the spares read of the supervisor's settings
+    (``launcher/settings.py``'s ``Settings``, which imports the exclusions, which import this
+    module)."""
 
     verdict_path: str
     verdict_max_age: float
@@ -160,7 +162,7 @@ def report_unread(log: EventLog, pattern: str, unread: Mapping[str, str], purpos
 def _read_remote(pattern: str, nodes: Sequence[str], job_id: int, env: Mapping[str, str],
                  out_dir: str, timeout: float
                  ) -> tuple[dict[str, verdict_file.Verdict | None], dict[str, str]]:
-    cmd = [sys.executable, "-m", "resilient_slurm.launcher.published", pattern]
+    cmd = [sys.executable, "-m", "resilient_slurm.launcher.recovery.published", pattern]
     argv = plan.srun_command(nodes, [*plan.node_wrapper(out_dir), *cmd],
                              ["--overlap", f"--time={max(1, int(timeout // 60) + 1)}"], job_id)
     argv = [a.replace("--kill-on-bad-exit=1", "--kill-on-bad-exit=0") for a in argv]

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import EventKind, EventLog, ExclusionReview, Release
-from resilient_slurm.launcher import evidence, ledger, plan
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.recovery import evidence, ledger
 from resilient_slurm.slurm import Node, SlurmBackend, SlurmError
 from resilient_slurm.status import FAIL, OK, UNKNOWN
 

@@ -10,7 +10,7 @@ and ``VERDICT_OF`` map the ending actions of ``policy.decide`` to their status a
 
 from __future__ import annotations
 
-from resilient_slurm.launcher.policy import Action
+from resilient_slurm.launcher.recovery.policy import Action
 
 EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NO_PROGRESS, EXIT_BUDGET, EXIT_REQUEUED = 0, 1, 2, 3, 4, 5
 EXIT_CANNOT_FIT = 6

@@ -40,7 +40,7 @@ from typing import Any
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import blame
+from resilient_slurm.launcher.recovery import blame
 from resilient_slurm.slurm import Node, SlurmBackend
 
 TROUBLE = frozenset({EventKind.WORKER_FAILED, EventKind.RANK_DISCONNECTED,

@@ -1,7 +1,7 @@
-"""``python -m resilient_slurm.launcher.published PATTERN``: print this node's published
+"""``python -m resilient_slurm.launcher.recovery.published PATTERN``: print this node's published
 verdict file as one JSON line (read on the node by ``srun --overlap`` where the file is not on
-shared storage; ``launcher/evidence.py``); it only reads. The file's format, default path and
-parser: ``resilient_slurm.verdict_file``, the contract the hooks write by. A file it cannot
+shared storage; ``launcher/recovery/evidence.py``); it only reads. The file's format, default path
+and parser: ``resilient_slurm.verdict_file``, the contract the hooks write by. A file it cannot
 read is exit 1 with ``{"unreadable": "PATH: why"}`` on stdout (what the launcher records) and
 the same on stderr.
 """
@@ -18,7 +18,8 @@ from resilient_slurm.verdict_file import MAX_BYTES, path_for
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m resilient_slurm.launcher.published PATTERN", file=sys.stderr)
+        print("usage: python -m resilient_slurm.launcher.recovery.published PATTERN",
+              file=sys.stderr)
         return 2
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     path = path_for(args[0], node)

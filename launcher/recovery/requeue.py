@@ -11,7 +11,7 @@ caller's verdict; it is never left waiting for a release nobody will send. An up
 not apply costs one more cycle at most: the requeued launcher's ledger still excludes the
 nodes. The whole sequence has a budget inside ``KillWait`` and every call a timeout within it;
 after the time-limit warning the requeue call itself may be retried until the job's end
-(``launcher/timelimit.py``), the update then within the KillWait budget.
+(``launcher/recovery/timelimit.py``), the update then within the KillWait budget.
 
 The update also makes the request satisfiable again: a required node list (``sbatch
 --nodelist``) loses the excluded nodes (else the job would pend forever on
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from resilient_slurm.launcher.exits import EXIT_BUDGET
+from resilient_slurm.launcher.recovery.exits import EXIT_BUDGET
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 HELD_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", "REQUEUE_FED")

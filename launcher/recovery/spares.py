@@ -30,14 +30,10 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from resilient_slurm.events import EventKind, EventLog, Spare
-from resilient_slurm.launcher import evidence
+from resilient_slurm.launcher.recovery import evidence
 from resilient_slurm.slurm import SlurmBackend, SlurmError
-
-if TYPE_CHECKING:
-    from resilient_slurm.launcher.settings import Settings
 
 
 class SpareError(ValueError):
@@ -166,7 +162,7 @@ def choose(blamed: Mapping[str, Sequence[str]], standby: Sequence[str],
 
 
 def for_blamed(slurm: SlurmBackend, standby: Sequence[str], blamed: Mapping[str, Sequence[str]],
-               cfg: Settings, job_id: int, env: Mapping[str, str], cycle_dir: str
+               cfg: evidence.EvidenceSettings, job_id: int, env: Mapping[str, str], cycle_dir: str
                ) -> Choice | None:
     """Healthy standbys for the blamed nodes (None: no standby, or nothing blamed); the
     on-node checks write under ``cycle_dir/spares``."""

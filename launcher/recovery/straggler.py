@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilient_slurm.events import EventKind, EventLog, Straggler, StragglerCause
-from resilient_slurm.launcher.blame import NodeEvidence, strong_reasons
+from resilient_slurm.launcher.recovery.blame import NodeEvidence, strong_reasons
 
 POLICIES = ("exclude", "requeue", "warn")
 DEFAULT_FACTOR = 1.3

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from resilient_slurm.launcher.policy import Signal
-from resilient_slurm.launcher.requeue import budget_for
+from resilient_slurm.launcher.recovery.policy import Signal
+from resilient_slurm.launcher.recovery.requeue import budget_for
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 FAULT_STOP_GRACE = 5.0  # seconds a step stopped for a node fault gets before it is killed

@@ -33,7 +33,7 @@ from typing import Any
 
 from resilient_slurm import goodput
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 
 CAUSES = ("startup", "checkpoint", "wasted_progress", "hang_detection", "recovery",
           "requeue_wait", "queue", "other")

@@ -1,5 +1,5 @@
 """``resilient-slurm report STATE_DIR|EVENTS_FILE``: the command over ``report.build`` and
-``report.render`` (and ``report_plot.plot`` for ``--plot``): finds the events file, refuses a
+``report.render`` (and ``plot.plot`` for ``--plot``): finds the events file, refuses a
 plot path that cannot be written before any work, prints the text or ``--json``."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import asdict
 import click
 
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher import badput
-from resilient_slurm.launcher.report import build, render
-from resilient_slurm.launcher.report_input import usable
+from resilient_slurm.launcher.report import badput
+from resilient_slurm.launcher.report.fields import usable
+from resilient_slurm.launcher.report.report import build, render
 
 
 def events_path(target: str) -> str:
@@ -82,7 +82,7 @@ def report_command(target: str, plot_path: str | None, as_json: bool, faults_onl
             text = text[text.index("Faults:"):]
         click.echo("\n".join([text, *badput.render(lost)]))
     if plot_path:
-        from resilient_slurm.launcher.report_plot import plot
+        from resilient_slurm.launcher.report.plot import plot
 
         try:
             plot(rep, events, plot_path)

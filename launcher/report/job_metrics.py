@@ -3,7 +3,7 @@
 ``resilient-launch --metrics-dir DIR`` rewrites ``DIR/resilient_job_<JOBID>.prom`` after every
 cycle, requeue and verdict, and every :data:`REFRESH_S` while a cycle runs (a thread of its
 own: the watch never waits on the events file's read); node_exporter's textfile collector on
-the batch host serves it (no Pushgateway). The numbers are ``launcher/badput.py``'s from the
+the batch host serves it (no Pushgateway). The numbers are ``launcher/report/badput.py``'s from the
 job's own events, so they are what ``resilient-slurm report`` says. Labels are bounded:
 ``slurm_job`` (the numeric job id; ``job`` is Prometheus's own target label), ``cause`` and
 ``fault_class`` from fixed sets, ``node`` from the job's nodes; never the job's name or any
@@ -27,8 +27,8 @@ import os
 import time
 
 from resilient_slurm import fsutil
-from resilient_slurm.launcher import badput
-from resilient_slurm.launcher.report import Report
+from resilient_slurm.launcher.report import badput
+from resilient_slurm.launcher.report.report import Report
 
 KEEP_S = 7 * 86400.0
 REFRESH_S = 300.0  # while a cycle runs, the file is rewritten this often (a thread)
@@ -128,8 +128,8 @@ def publish(metrics_dir: str, job: int | str, events_path: str) -> str:
     """Rebuild the job's file from its events file (``report.build``, ``badput.account``);
     returns its path (OSError when it cannot be read or written)."""
     from resilient_slurm.events import read_events
-    from resilient_slurm.launcher.report import build
-    from resilient_slurm.launcher.report_input import usable
+    from resilient_slurm.launcher.report.fields import usable
+    from resilient_slurm.launcher.report.report import build
 
     events = usable(read_events(events_path))
     rep = build(events)

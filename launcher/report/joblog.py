@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.launcher import report, restarts
+from resilient_slurm.launcher.report import report
+from resilient_slurm.launcher.shim import restarts
 
 PREFIX = "resilient-launch: "
 FAULT_KINDS = (EventKind.WORKER_EXCEPTION, EventKind.WORKER_FAILED, EventKind.HANG_DETECTED)

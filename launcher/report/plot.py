@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import straggler
-from resilient_slurm.launcher.report import Report
+from resilient_slurm.launcher.recovery import straggler
+from resilient_slurm.launcher.report.report import Report
 
 # Events drawn as marks on the step panel: kind -> (colour, label of the first, text per mark).
 MARKS: dict[str, tuple[str, str, Callable[[dict[str, Any]], str]]] = {

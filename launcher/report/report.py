@@ -1,4 +1,4 @@
-"""What happened to a job, from its events (``resilient-slurm report``: ``report_cli.py``).
+"""What happened to a job, from its events (``resilient-slurm report``: ``cli.py``).
 
 Built from the launcher's own observations, so it works for any training script: cycles,
 in-job restarts (rendezvous rounds), failed workers, tracebacks, hang reports with the rank,
@@ -14,8 +14,7 @@ training time / wall time; a step counts once, the last time it was done). What 
 cannot tell (steps and goodput without step reports) is printed as unknown, never 0.
 Without training fault events a fault's time is the launcher's first report of it (a
 traceback, a dead worker; for a hang the last heartbeat: the report less the timeout).
-``--plot FILE.png`` draws the step over time with faults and recoveries marked
-(``report_plot.py``, matplotlib, imported only then).
+``--plot FILE.png`` draws the steps over time, faults and recoveries marked (``plot.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ from typing import Any
 
 from resilient_slurm import goodput
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import restarts, straggler
+from resilient_slurm.launcher.recovery import straggler
+from resilient_slurm.launcher.shim import restarts
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The per-node shim ``srun`` starts: ``python -m resilient_slurm.launcher.node [opts] -- CMD...``.
+"""The per-node shim ``srun`` starts:
+``python -m resilient_slurm.launcher.shim.node [opts] -- CMD...``.
 
 It fills ``{local_addr}`` (this node's address from ``--addrs-file``, a JSON map node ->
 address, so no argv carries the whole node list; the option carrying it is dropped when
@@ -33,7 +34,7 @@ ours to unlink (EPERM), and ft_launcher dies at start ("Agent run ended with exc
 e=PermissionError"; seen with pids wrapping at 32768 under parallel test jobs).
 
 When ``$RESILIENT_EVENTS_FILE`` is set, CMD's stderr passes through this shim line by line
-(``launcher/relay.py``: bounded, never blocking the ranks, drops counted), and the moment
+(``launcher/shim/relay.py``: bounded, never blocking the ranks, drops counted), and the moment
 NVRx's rank monitor reports missing heartbeats ("Did not get subsequent heartbeat") becomes a
 ``hang_detected`` event (node, rank, the timeout it waited), so the report can tell when a
 hang was found, not only when training resumed.
@@ -54,7 +55,7 @@ import time
 
 from resilient_slurm.events import EventKind, EventLog, StepSignal
 from resilient_slurm.fsutil import atomic_write_json
-from resilient_slurm.launcher.relay import relay_stderr
+from resilient_slurm.launcher.shim.relay import relay_stderr
 
 # Placeholders the plan writes into the command and this shim fills in on each node.
 LOCAL_ADDR = "{local_addr}"
@@ -89,7 +90,7 @@ def started_path(record_dir: str, node: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="resilient_slurm.launcher.node")
+    ap = argparse.ArgumentParser(prog="resilient_slurm.launcher.shim.node")
     ap.add_argument("--record-dir", required=True)
     ap.add_argument("--addrs-file", default="")
     ap.add_argument("--capture", action="store_true", help="keep CMD's stdout in the record")

@@ -46,7 +46,7 @@ from resilient_slurm.events import (
     WorkerFailed,
     WorkerRestart,
 )
-from resilient_slurm.launcher import restarts
+from resilient_slurm.launcher.shim import restarts
 
 # The rank monitor's line prefix. NVRx 0.4.1: "[RankMonServer<pid>@<host>:<rank>]"; 0.6:
 # "[workload:<rank|?>(<local>) infra:<n>(<local>)] rank_monitor_server.py:<line> [Cycle <n>]".
@@ -121,7 +121,7 @@ def parse_line(line: str) -> tuple[EventKind, dict[str, Any]] | None:
 
 def restarts_in_cycle(events: list[dict[str, Any]], since: float) -> int:
     """In-job restarts of the whole job since ``since`` (a cycle's start), from the
-    rendezvous events of any NVRx release (launcher/restarts.py)."""
+    rendezvous events of any NVRx release (launcher/shim/restarts.py)."""
     return restarts.from_events(events, since)
 
 
@@ -179,6 +179,7 @@ class EventTail:
 
 # What the watch loop tails: the node shims' observations (their log lines, and signals the
 # step's tasks got), the training's ``resume`` (level 0's record of the nodes it left out,
-# read by launcher/level0.py) and ``config_error`` (no retry can fix it: resilient_slurm/fatal.py).
+# read by launcher/recovery/level0.py) and ``config_error`` (no retry can fix it:
+# resilient_slurm/fatal.py).
 WATCHED = frozenset({*(kind for kind, _ in PATTERNS), EventKind.RESUME, EventKind.STEP_SIGNAL,
                      EventKind.CONFIG_ERROR})

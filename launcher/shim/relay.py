@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import IO, Any, Generic, TypeVar
 
 from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.launcher import observe, stopped
+from resilient_slurm.launcher.shim import observe, stopped
 from resilient_slurm.payloads_job import Relayed
 
 MAX_LINE = 64 * 1024

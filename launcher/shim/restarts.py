@@ -8,7 +8,7 @@ Two sources, the larger wins (each is a lower bound of the truth):
 * **cycle-info records** (stable, NVRx >= 0.6 with ``--ft-cycle-info-dir``): the rendezvous
   host writes ``cycle_info.<job>.<attempt>.<cycle>`` (JSON, ``cycle_number``) once per round
   into the cycle's own directory (the plan gives each cycle a fresh one);
-* **rendezvous events** the node shims read from ft_launcher's log (launcher/observe.py):
+* **rendezvous events** the node shims read from ft_launcher's log (launcher/shim/observe.py):
   NVRx 0.4.1's ``has joined round R of the rendezvous`` (rounds counted job-wide), and 0.6/0.7's
   barrier rendezvous ``has joined the rendezvous '...' as rank G`` (no round number: every node
   joins each round once, so the most joins of any one node, less one). The parsers are pinned

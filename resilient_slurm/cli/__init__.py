@@ -76,7 +76,7 @@ def _register() -> None:
     from resilient_slurm.cli.plan import plan_command
     from resilient_slurm.hooks.cli import install_hooks
     from resilient_slurm.hooks.repair_cli import repair_command
-    from resilient_slurm.launcher.report_cli import report_command
+    from resilient_slurm.launcher.report.cli import report_command
     main.add_command(doctor)
     main.add_command(install_hooks)
     main.add_command(report_command)

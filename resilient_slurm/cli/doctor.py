@@ -66,7 +66,7 @@ def slurm_cause(exc: SlurmError) -> str:
 def ft_findings(ft_launcher: str) -> list[Finding]:
     """The ft_launcher resilient-launch would use, and per option the spelling this release
     offers (or that it offers none, so resilient-launch leaves it out)."""
-    from resilient_slurm.launcher.plan import FT_FLAGS, PlanError, detect_features
+    from resilient_slurm.launcher.cycle.plan import FT_FLAGS, PlanError, detect_features
 
     exe = find_ft_launcher(ft_launcher)
     if exe is None:

@@ -52,10 +52,10 @@ def read_index(path: str) -> list[tuple[str, str]]:
 
 
 def load_jobs(entries: list[tuple[str, str]]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """Each job's usable events (``report_input.usable``); and the files that could not be
-    read, said rather than hidden."""
+    """Each job's usable events (``usable``, ``launcher/report/fields.py``); and the files
+    that could not be read, said rather than hidden."""
     from resilient_slurm.events import read_events
-    from resilient_slurm.launcher.report_input import usable
+    from resilient_slurm.launcher.report.fields import usable
 
     jobs: dict[str, list[dict[str, Any]]] = {}
     missing: list[str] = []

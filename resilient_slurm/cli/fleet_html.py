@@ -9,7 +9,7 @@ import io
 
 from resilient_slurm import fsutil
 from resilient_slurm.cli.fleet_model import Fleet
-from resilient_slurm.launcher import badput
+from resilient_slurm.launcher.report import badput
 
 COLORS = {"startup": "#8da0cb", "checkpoint": "#a6d854", "wasted_progress": "#e78ac3",
           "hang_detection": "#ffd92f", "recovery": "#fc8d62", "requeue_wait": "#66c2a5",

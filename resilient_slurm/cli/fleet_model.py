@@ -2,7 +2,7 @@
 
 Per node (:class:`NodeLedger`): its drains (:class:`Episode`: from our drain to the resume, or
 open), hours drained, the jobs its faults hit and the GPU-hours of training those faults cost
-(``launcher/badput.py``'s share of each fault: its hang detection, recovery, rollback and
+(``launcher/report/badput.py``'s share of each fault: its hang detection, recovery, rollback and
 requeue wait, times the ranks of the cycle it hit), and whether it is a repeat offender.
 Per fault class (:class:`ClassStats`): count, mean time between faults, and the median times
 from the fault to its detection, to its node's drain, and to training again.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import badput, report
+from resilient_slurm.launcher.report import badput, report
 
 # Node-log kinds that are something done to (or decided about) a node, and how they show.
 NODE_ACTIONS: dict[str, str] = {

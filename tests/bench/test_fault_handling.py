@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 
 REPO = Path(__file__).resolve().parents[2]
 

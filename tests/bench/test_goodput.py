@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from resilient_slurm import goodput
-from resilient_slurm.launcher import report, report_cli
+from resilient_slurm.launcher.report import cli as report_cli
+from resilient_slurm.launcher.report import report
 
 REPO = Path(__file__).resolve().parents[2]
 

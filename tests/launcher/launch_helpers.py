@@ -13,7 +13,7 @@ import time
 import warnings
 
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "sbatch", "train_fsdp.py")

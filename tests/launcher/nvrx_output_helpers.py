@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resilient_slurm.launcher import observe
+from resilient_slurm.launcher.shim import observe
 
 DATA = Path(__file__).parent / "nvrx_output"
 VERSIONS = sorted(p.name for p in DATA.iterdir() if (p / "restart.log").is_file())

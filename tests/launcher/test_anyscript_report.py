@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import cli, plan, report
+from resilient_slurm.launcher import cli
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.report import report
 
 
 def ev(ts: float, kind: str, source: str = "launcher", **kw) -> dict:

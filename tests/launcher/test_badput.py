@@ -1,5 +1,5 @@
-"""Where a job's wall time went (launcher/badput.py), its metrics file and the jobs index
-(launcher/job_metrics.py): causes that add up to the wall time, each fault's share."""
+"""Where a job's wall time went (launcher/report/badput.py), its metrics file and the jobs index
+(launcher/report/job_metrics.py): causes that add up to the wall time, each fault's share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from resilient_slurm.launcher import badput, job_metrics, report
+from resilient_slurm.launcher.report import badput, job_metrics, report
 from tests.badput_events import job_events as _job
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from resilient_slurm.launcher import blame, ledger, requeue
-from resilient_slurm.launcher.blame import NodeEvidence as E
+from resilient_slurm.launcher.recovery import blame, ledger, requeue
+from resilient_slurm.launcher.recovery.blame import NodeEvidence as E
 from resilient_slurm.slurm import SlurmError
 
 

@@ -9,8 +9,11 @@ import os
 import threading
 import time
 
-from resilient_slurm.launcher import budgeted, joblog, nodewatch, watch
-from resilient_slurm.launcher.policy import Signal
+from resilient_slurm.launcher import watch
+from resilient_slurm.launcher.cycle import budgeted
+from resilient_slurm.launcher.recovery import nodewatch
+from resilient_slurm.launcher.recovery.policy import Signal
+from resilient_slurm.launcher.report import joblog
 
 
 def test_budgeted_returns_the_fallback_then_the_late_result() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from resilient_slurm import goodput
 from resilient_slurm.events import EventLog, read_events
-from resilient_slurm.launcher import progress, report
+from resilient_slurm.launcher.cycle import progress
+from resilient_slurm.launcher.report import report
 
 
 def test_newer_checkpoints_become_events_once(tmp_path: Path) -> None:

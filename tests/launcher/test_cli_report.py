@@ -7,7 +7,10 @@ import os
 
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import cli, plan, report, report_cli
+from resilient_slurm.launcher import cli
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.report import cli as report_cli
+from resilient_slurm.launcher.report import report
 
 
 def test_outside_allocation_is_exit_2(monkeypatch) -> None:

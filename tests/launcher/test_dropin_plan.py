@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import ft_config, plan
+from resilient_slurm.launcher.cycle import ft_config, plan
 
 FLAGS = frozenset({"--ft-rank-heartbeat-timeout", "--ft-initial-rank-heartbeat-timeout",
                    "--ft-enable-nic-monitor", "--term-timeout", "--workers-stop-timeout",

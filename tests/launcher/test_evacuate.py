@@ -1,4 +1,4 @@
-"""The cycle watch reads precursors in the published verdicts (``launcher/evacuate.py``): a
+"""The cycle watch reads precursors in the published verdicts (``launcher/recovery/evacuate.py``): a
 fresh precursor on a training node with no healthy spare is said once (an ``evacuate`` event,
 outcome ``no spare``, and a job-log line) and stops nothing; one on the batch host is said
 once (it cannot leave); a stale one, or a ``fail`` (the node fault path's), is no precursor.
@@ -11,8 +11,10 @@ import time
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher import evacuate, joblog, nodewatch, spares, watch
-from resilient_slurm.launcher.policy import Signal
+from resilient_slurm.launcher import watch
+from resilient_slurm.launcher.recovery import evacuate, nodewatch, spares
+from resilient_slurm.launcher.recovery.policy import Signal
+from resilient_slurm.launcher.report import joblog
 from resilient_slurm.slurm import connect
 
 

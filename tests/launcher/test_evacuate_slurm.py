@@ -120,8 +120,9 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
         (resumed,) = {st for _, st, *_ in again}
         assert before <= resumed <= before + 1, (again, before)
         assert before >= max(done) >= AT_STEP
-        # Node ranks pinned (launcher/rank_pin.py): every survivor keeps its ranks and restores
-        # from its own node's memory; the spare takes the victim's, from its copy on a peer.
+        # Node ranks pinned (launcher/cycle/rank_pin.py): every survivor keeps its ranks and
+        # restores from its own node's memory; the spare takes the victim's, from its copy on
+        # a peer.
         by_rank = {r: (tier, node) for r, _, tier, _, node in again}
         assert by_rank == {r: ("peer copy", spare) if n == victim else ("own memory", n)
                            for r, n in first.items()}, (first, again)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher.exclusions import Fit, review, verdict_message
+from resilient_slurm.launcher.recovery.exclusions import Fit, review, verdict_message
 from resilient_slurm.slurm import Node
 from resilient_slurm.verdict_file import Verdict
 

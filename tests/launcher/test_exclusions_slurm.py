@@ -27,7 +27,7 @@ from launch_helpers import (  # type: ignore[import-not-found]
     wait_job,
 )
 
-from resilient_slurm.launcher import exclusions, exits
+from resilient_slurm.launcher.recovery import exclusions, exits
 
 pytestmark = pytest.mark.slurm
 
@@ -124,7 +124,8 @@ def test_slurms_requeues_spend_no_budget_the_launchers_do(slurm, clean, job_user
 # directory holds the batch host's own file only (what a node sees on a real cluster).
 READMIT = """
 import json, os, sys
-from resilient_slurm.launcher import plan, supervisor as sup
+from resilient_slurm.launcher import supervisor as sup
+from resilient_slurm.launcher.cycle import plan
 from resilient_slurm.slurm import connect
 conf, job, state, pattern, ttl, excluded, nodes = sys.argv[1:8]
 cfg = sup.Settings(checkpoint_dir=None, state_dir=state, min_nodes=1, verdict_path=pattern)

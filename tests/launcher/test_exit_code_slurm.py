@@ -13,7 +13,7 @@ from pathlib import Path
 import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on sys.path
 import pytest
 
-from resilient_slurm.launcher import exits
+from resilient_slurm.launcher.recovery import exits
 from resilient_slurm.slurm import connect
 from tests.conftest import TEST_PREFIX, _start_sandbox
 

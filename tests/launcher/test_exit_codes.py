@@ -1,12 +1,12 @@
-"""resilient-launch's exit codes are defined once (``launcher/exits.py``) and --help is
+"""resilient-launch's exit codes are defined once (``launcher/recovery/exits.py``) and --help is
 rendered from that table: every ``EXIT_*`` status has a meaning and --help lists each."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import exits
 from resilient_slurm.launcher.cli import main
+from resilient_slurm.launcher.recovery import exits
 
 
 def test_every_exit_status_has_one_meaning() -> None:

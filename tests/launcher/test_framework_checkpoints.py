@@ -1,4 +1,4 @@
-"""The frameworks' checkpoints found without flags (launcher/progress.py, ckpt_meta.py,
+"""The frameworks' checkpoints found without flags (launcher/cycle/progress.py, ckpt_meta.py,
 launch_env.script_checkpoint_dir): the directory from the script's own argument as its users
 spell it, or from the saves the instrumented ranks reported; the layouts of Lightning
 (``last.ckpt`` by its metadata), Hugging Face Trainer, Accelerate, torchtitan (DCP)."""
@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_slurm.events import EventKind, EventLog, read_events
-from resilient_slurm.launcher import progress
-from resilient_slurm.launcher.ckpt_meta import torch_zip_step
-from resilient_slurm.launcher.launch_env import CHECKPOINT_FLAGS, script_checkpoint_dir
+from resilient_slurm.launcher.cycle import progress
+from resilient_slurm.launcher.cycle.ckpt_meta import torch_zip_step
+from resilient_slurm.launcher.cycle.launch_env import CHECKPOINT_FLAGS, script_checkpoint_dir
 
 
 @given(st.sampled_from(sorted(CHECKPOINT_FLAGS)), st.booleans(), st.sampled_from(["", "cfg."]),

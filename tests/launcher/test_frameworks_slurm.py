@@ -22,7 +22,7 @@ import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on 
 import pytest
 
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher import report
+from resilient_slurm.launcher.report import report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.train]
 

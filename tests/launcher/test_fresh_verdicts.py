@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_slurm import verdict_file
-from resilient_slurm.launcher import evidence
+from resilient_slurm.launcher.recovery import evidence
 
 NODES = ["n1", "n2", "n3"]
 

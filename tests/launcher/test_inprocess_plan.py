@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from resilient_slurm.launcher import inprocess_plan as ip
-from resilient_slurm.launcher import plan
+from resilient_slurm.launcher.cycle import inprocess_plan as ip
+from resilient_slurm.launcher.cycle import plan
 
 DATA = Path(__file__).parent / "nvrx_output"  # real ft_launcher --help of each release
 
@@ -199,7 +199,7 @@ def test_dry_run_inprocess_refuses_short_heartbeat(tmp_path, monkeypatch) -> Non
 
 
 def test_report_names_level0() -> None:
-    from resilient_slurm.launcher import report
+    from resilient_slurm.launcher.report import report
 
     def ev(ts: float, kind: str, source: str = "launcher", **kw):
         return {"ts": ts, "kind": kind, "source": source, **kw}
@@ -223,7 +223,7 @@ def test_report_names_level0() -> None:
 
 def test_report_names_a_standby_that_took_the_place() -> None:
     """--inprocess --spares: ranks lost, the world size kept: a standby took their place."""
-    from resilient_slurm.launcher import report
+    from resilient_slurm.launcher.report import report
 
     def ev(ts: float, kind: str, **kw):
         return {"ts": ts, "kind": kind, "source": "training", **kw}
@@ -244,7 +244,7 @@ def test_report_names_a_standby_that_took_the_place() -> None:
 def test_report_names_only_the_ranks_each_level0_restart_left_out() -> None:
     """The training's ``lost_ranks`` is every initial rank gone so far: a later fault's row
     names only the ranks that restart newly left out (none for a hang after a shrink)."""
-    from resilient_slurm.launcher import report
+    from resilient_slurm.launcher.report import report
 
     def ev(ts: float, kind: str, source: str = "training", **kw):
         return {"ts": ts, "kind": kind, "source": source, **kw}

@@ -19,7 +19,7 @@ import pytest
 
 from resilient_slurm.events import read_events
 from resilient_slurm.launcher import instrument
-from resilient_slurm.launcher.stopped import stopped_ranks
+from resilient_slurm.launcher.shim.stopped import stopped_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOREIGN = os.path.join(HERE, "foreign")
@@ -192,7 +192,7 @@ def test_stopped_ranks_from_proc(tmp_path: Path) -> None:
 
 def test_a_script_that_reports_its_steps_keeps_its_numbers(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
-    code = ("import time, torch\nfrom resilient_slurm.launcher.progress import report_step\n"
+    code = ("import time, torch\nfrom resilient_slurm.launcher.cycle.progress import report_step\n"
             "m = torch.nn.Linear(2, 1)\no = torch.optim.AdamW(m.parameters())\n"
             "for s in range(100, 106):\n    m(torch.ones(1, 2)).sum().backward(); o.step()\n"
             "    report_step(s); time.sleep(0.1)\n")

@@ -1,5 +1,5 @@
-"""The job log's launcher lines (launcher/joblog.py): one per fault with its in-job restart and
-recovery time, one per blame, exclusion, stop; from the node shims' real NVRx output."""
+"""The job log's launcher lines (launcher/report/joblog.py): one per fault with its in-job restart
+and recovery time, one per blame, exclusion, stop; from the node shims' real NVRx output."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from nvrx_output_helpers import VERSIONS, events_of  # type: ignore[import-not-found]
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import joblog, report
+from resilient_slurm.launcher.report import joblog, report
 
 
 def log_in(tmp_path: Path, max_restarts: int | None = 3) -> tuple[joblog.JobLog, io.StringIO]:
@@ -124,7 +124,8 @@ def test_the_steps_end_writes_the_lines_a_tick_did_not_see(tmp_path: Path) -> No
     """The step ended between two ticks (its last restart's resume not seen yet):
     ``CycleWatch.finish`` reads the events once more and writes the fault's line, the
     recovery included when the events hold it; nothing waits for a tick that never comes."""
-    from resilient_slurm.launcher import nodewatch, watch
+    from resilient_slurm.launcher import watch
+    from resilient_slurm.launcher.recovery import nodewatch
 
     path = tmp_path / "node-events.jsonl"
     path.write_text("")

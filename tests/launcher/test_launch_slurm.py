@@ -30,8 +30,8 @@ from launch_helpers import (  # type: ignore[import-not-found]
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from resilient_slurm.launcher import exits
 from resilient_slurm.launcher import supervisor as sup
+from resilient_slurm.launcher.recovery import exits
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slurm
@@ -428,7 +428,7 @@ def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_pat
     """An excluded node that an admin resumed and whose published verdict is ok (newer than the
     exclusion) is readmitted at the next requeue; one still drained, or without a newer ok
     verdict, stays out."""
-    from resilient_slurm.launcher import plan
+    from resilient_slurm.launcher.cycle import plan
 
     vdir = tmp_path / "verdicts"
     vdir.mkdir()

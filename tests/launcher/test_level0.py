@@ -1,8 +1,8 @@
-"""Level 2's patience with level 0 (launcher/level0.py): pure bookkeeping."""
+"""Level 2's patience with level 0 (launcher/recovery/level0.py): pure bookkeeping."""
 
 from __future__ import annotations
 
-from resilient_slurm.launcher.level0 import Level0Grace, left_out_nodes
+from resilient_slurm.launcher.recovery.level0 import Level0Grace, left_out_nodes
 
 
 def _resume(ts: float, lost: list[str], level: str | None = "inprocess") -> dict[str, object]:

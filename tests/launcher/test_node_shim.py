@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from resilient_slurm.events import read_events
-from resilient_slurm.launcher.observe import parse_line
+from resilient_slurm.launcher.shim.observe import parse_line
 
 
 def hang_report(line: str) -> dict[str, object] | None:
@@ -59,7 +59,7 @@ sys.exit(3)
 def test_shim_relays_stderr_records_rc_and_emits_hang_detected(tmp_path, line, rank) -> None:
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RESILIENT_EVENTS_FILE": str(events), "SLURMD_NODENAME": "node7"}
-    argv = [sys.executable, "-m", "resilient_slurm.launcher.node",
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.shim.node",
             f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", CHILD, line]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
@@ -89,7 +89,7 @@ def test_a_dead_worker_reported_every_interval_is_one_event(tmp_path) -> None:
     different worker's."""
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RESILIENT_EVENTS_FILE": str(events), "SLURMD_NODENAME": "node18"}
-    argv = [sys.executable, "-m", "resilient_slurm.launcher.node",
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.shim.node",
             f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", REPEATING, FAILED]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr.count("failed (exitcode: -9)") == 52
@@ -122,7 +122,7 @@ def test_usr1_to_the_step_becomes_an_orderly_stop(tmp_path, sig) -> None:
     out = tmp_path / "child.out"
     env = {**os.environ, "SLURMD_NODENAME": "node7", "RESILIENT_EVENTS_FILE": str(events)}
     with open(out, "wb") as fh:
-        p = subprocess.Popen([sys.executable, "-m", "resilient_slurm.launcher.node",
+        p = subprocess.Popen([sys.executable, "-m", "resilient_slurm.launcher.shim.node",
                               f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c",
                               FT_LIKE], env=env, stdout=fh)
     deadline = time.monotonic() + 30
@@ -156,7 +156,7 @@ def test_cmd_gets_a_private_tmpdir_removed_when_it_ends(tmp_path) -> None:
     of its own there (never a shared /tmp where another user's stale socket may sit under a
     reused pid), and it is gone once CMD ends."""
     env = {**os.environ, "TMPDIR": str(tmp_path), "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n3"}
-    argv = [sys.executable, "-m", "resilient_slurm.launcher.node", "--capture",
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.shim.node", "--capture",
             f"--record-dir={tmp_path / 'rec'}", "--", sys.executable, "-c", SHOW_TMP]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

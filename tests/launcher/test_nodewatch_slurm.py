@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from resilient_slurm.launcher import nodewatch
+from resilient_slurm.launcher.recovery import nodewatch
 from resilient_slurm_lab.sandbox import lifecycle
 from tests.conftest import wait_until
 

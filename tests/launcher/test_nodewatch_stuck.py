@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import nodewatch
+from resilient_slurm.launcher.recovery import nodewatch
 
 FAILED = {"kind": "worker_failed", "ts": 99.0}
 RESTART = {"kind": "worker_restart", "ts": 100.0}

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from resilient_slurm.launcher import plan
-from resilient_slurm.launcher.node import read_addrs, substitute
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.shim.node import read_addrs, substitute
 
 HELP_041 = """usage: ft_launcher [-h] [--nnodes NNODES]
   --local-addr LOCAL_ADDR, --local_addr LOCAL_ADDR
@@ -139,7 +139,7 @@ def test_node_shim_records_exit(tmp_path, monkeypatch) -> None:
     import json
     import sys
 
-    from resilient_slurm.launcher import node
+    from resilient_slurm.launcher.shim import node
 
     monkeypatch.setenv("SLURMD_NODENAME", "nodeX")
     rc = node.main([f"--record-dir={tmp_path}", "--capture", "--",

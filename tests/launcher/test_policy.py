@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from resilient_slurm.launcher.policy import (
+from resilient_slurm.launcher.recovery.policy import (
     Action,
     Phase,
     Signal,

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from resilient_slurm.events import EventKind, EventLog
-from resilient_slurm.launcher import observe, progress
+from resilient_slurm.launcher.cycle import progress
+from resilient_slurm.launcher.shim import observe
 
 # Verbatim (NVRx 0.4.1, torch 2.13) from an ft_launcher run on this machine.
 LINES = {

@@ -1,5 +1,5 @@
-"""Node ranks pinned across a spare swap (``launcher/rank_pin.py``): the cycle after a swap runs
-every surviving node at its node rank of the cycle before, and the spare at exactly the lost
+"""Node ranks pinned across a spare swap (``launcher/cycle/rank_pin.py``): the cycle after a swap
+runs every surviving node at its node rank of the cycle before, and the spare at exactly the lost
 node's, through srun's task order (``SLURM_PROCID``, which NVRx 0.5+ ranks nodes by) and, on
 NVRx 0.4.x, through the installed NVRx's own rank assignment with the pin applied."""
 
@@ -13,8 +13,9 @@ from importlib.metadata import version
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from resilient_slurm.launcher import plan, rank_pin, spares
-from resilient_slurm.launcher.spares import Health
+from resilient_slurm.launcher.cycle import plan, rank_pin
+from resilient_slurm.launcher.recovery import spares
+from resilient_slurm.launcher.recovery.spares import Health
 
 FEATURES = plan.Features(frozenset(), "0.6.0")
 
@@ -84,12 +85,12 @@ def test_nvrx_041_runs_through_the_pin_and_newer_ones_as_they_are() -> None:
     assert rank_pin.needs_pin("0.4.1") and not rank_pin.needs_pin("0.5.0")
     assert not rank_pin.needs_pin("0.7.0") and not rank_pin.needs_pin("")
     assert rank_pin.program("ft_launcher", "0.4.1")[1:] == [
-        "-m", "resilient_slurm.launcher.rank_pin", "ft_launcher"]
+        "-m", "resilient_slurm.launcher.cycle.rank_pin", "ft_launcher"]
     assert rank_pin.program("ft_launcher", "0.6.0") == ["ft_launcher"]
     assert rank_pin.program("/opt/my_ft", "0.4.1") == ["/opt/my_ft"]  # the user's own
     argv = plan.ft_command(plan.LaunchOptions(script="t.py"), plan.Features(frozenset(), "0.4.1"),
                            2, "h:1", "r")
-    assert argv[1:4] == ["-m", "resilient_slurm.launcher.rank_pin", "ft_launcher"]
+    assert argv[1:4] == ["-m", "resilient_slurm.launcher.cycle.rank_pin", "ft_launcher"]
 
 
 @settings(deadline=None)  # the first example imports NVRx (and torch)

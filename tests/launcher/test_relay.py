@@ -15,7 +15,7 @@ import time
 import pytest
 
 from resilient_slurm.events import EventLog
-from resilient_slurm.launcher.relay import Outbox, Relay
+from resilient_slurm.launcher.shim.relay import Outbox, Relay
 
 # A line the relay records as an event (NVRx 0.4.1's rank monitor reporting a hang).
 HANG = ("[2026-11-29 17:20:01,123] [WARNING] [RankMonServer4242@host-a:1] Did not get "
@@ -97,7 +97,7 @@ with open(progress, "w") as fh:
 
 @pytest.mark.integration
 def test_ranks_keep_stepping_through_the_shim_when_writes_stall(tmp_path) -> None:
-    """The real shim process (``python -m resilient_slurm.launcher.node``) over a real child:
+    """The real shim process (``python -m resilient_slurm.launcher.shim.node``) over a real child:
     both of its outputs stalled for the whole run; the child still does every step (about
     300 KiB of stderr, several times what a pipe holds) and the shim ends with its rc."""
     fifo = str(tmp_path / "events.fifo")
@@ -107,7 +107,7 @@ def test_ranks_keep_stepping_through_the_shim_when_writes_stall(tmp_path) -> Non
     env = {**os.environ, "RESILIENT_EVENTS_FILE": fifo, "SLURMD_NODENAME": "node7"}
     steps = 300
     shim = subprocess.Popen(
-        [sys.executable, "-m", "resilient_slurm.launcher.node", "--record-dir",
+        [sys.executable, "-m", "resilient_slurm.launcher.shim.node", "--record-dir",
          str(tmp_path / "rec"), "--", sys.executable, "-c", RANKS, str(steps), str(progress),
          HANG], env=env, stdout=subprocess.DEVNULL, stderr=wfd, stdin=subprocess.DEVNULL)
     os.close(wfd)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import report_cli
+from resilient_slurm.launcher.report import cli as report_cli
 
 BIN = Path(sys.executable).parent
 EVENTS = [

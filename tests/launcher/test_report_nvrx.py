@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from nvrx_output_helpers import VERSIONS, events_of  # type: ignore[import-not-found]
 
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import observe, report
+from resilient_slurm.launcher.report import report
+from resilient_slurm.launcher.shim import observe
 
 
 def _cycle(nproc: str) -> dict[str, object]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from resilient_slurm.launcher import report, report_plot
+from resilient_slurm.launcher.report import plot, report
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -44,7 +44,7 @@ def test_plot_labels_faults_marks_requeues_and_has_a_speed_panel(
     evs = _events()
     rep = report.build(evs, submitted=90.0)
     png = tmp_path / "p.png"
-    report_plot.plot(rep, evs, str(png))
+    plot.plot(rep, evs, str(png))
     assert png.stat().st_size > 1000
     (fig,) = figs
     assert len(fig.axes) == 2  # steps, and compute ms/step per node
@@ -62,6 +62,6 @@ def test_plot_without_step_timing_has_one_panel(tmp_path: Path,
     figs: list[Any] = []
     monkeypatch.setattr(plt, "close", figs.append)
     evs = [e for e in _events() if e["kind"] != "step_timing"]
-    report_plot.plot(report.build(evs), evs, str(tmp_path / "p.png"))
+    plot.plot(report.build(evs), evs, str(tmp_path / "p.png"))
     assert len(figs[0].axes) == 1
     assert figs[0].axes[0].get_xlabel() == "seconds since the first event"

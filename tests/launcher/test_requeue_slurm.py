@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 # Runs as the job user: the launcher's own call, through the seam's CLI backend.
 REQUEUE_AS_USER = """
 import json, sys
-from resilient_slurm.launcher import requeue
+from resilient_slurm.launcher.recovery import requeue
 from resilient_slurm.slurm import connect
 slurm = connect(conf=sys.argv[1], backend="cli", timeout=10)
 res = requeue.requeue_excluding(slurm, int(sys.argv[2]), [sys.argv[3]], budget_s=15)
@@ -72,7 +72,7 @@ def test_requeue_as_user_merges_users_exclude_and_never_holds(sandbox, slurm, jo
 # SIGTERM ignored, the sequence within ``budget_for(KillWait)``; the requeued run does nothing.
 REQUEUE_IN_JOB = """
 import json, os, signal, sys
-from resilient_slurm.launcher import requeue
+from resilient_slurm.launcher.recovery import requeue
 from resilient_slurm.slurm import connect
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
@@ -134,7 +134,7 @@ def test_requeue_from_inside_the_job_never_holds(clean, sandbox, slurm, tmp_path
 
 def test_a_refused_requeue_is_an_error_and_the_job_runs_on(clean, sandbox, slurm,
                                                            tmp_path) -> None:
-    from resilient_slurm.launcher import requeue
+    from resilient_slurm.launcher.recovery import requeue
 
     jid = _submit_sleep(slurm, sandbox, tmp_path, "--no-requeue")
     try:
@@ -155,10 +155,11 @@ def test_time_limit_requeue_comes_first_and_a_refused_update_never_holds(clean, 
     any write to it; the end time comes from the job record; the update it cannot apply (an
     unknown node to exclude) is a warning and the job still ends requeued, never held."""
     from resilient_slurm.events import read_events
-    from resilient_slurm.launcher import plan, timelimit
     from resilient_slurm.launcher import supervisor as sup
-    from resilient_slurm.launcher.exits import EXIT_REQUEUED
-    from resilient_slurm.launcher.policy import Signal
+    from resilient_slurm.launcher.cycle import plan
+    from resilient_slurm.launcher.recovery import timelimit
+    from resilient_slurm.launcher.recovery.exits import EXIT_REQUEUED
+    from resilient_slurm.launcher.recovery.policy import Signal
 
     jid = _submit_sleep(slurm, sandbox, tmp_path, "--requeue", "--time=10")
     old_term = signal.getsignal(signal.SIGTERM)

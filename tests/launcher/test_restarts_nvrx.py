@@ -1,4 +1,4 @@
-"""Restart counting on every NVRx release (launcher/restarts.py, observe.py's rendezvous line),
+"""Restart counting on every NVRx release (launcher/shim/restarts.py, observe.py's rendezvous line),
 against each release's real output recorded by tests/launcher/nvrx_output/record.sh: one node,
 two ranks, an exception then a SIGKILL, so two in-job restarts (0.4.1 recorded on Debian 12,
 0.6.0 in the Debian 13 root of scripts/slurm24, 0.7.0 in the sid root of scripts/slurm26)."""
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from nvrx_output_helpers import DATA, VERSIONS, events_of  # type: ignore[import-not-found]
 
 from resilient_slurm.events import EventKind
-from resilient_slurm.launcher import level0, observe, restarts
+from resilient_slurm.launcher.recovery import level0
+from resilient_slurm.launcher.shim import observe, restarts
 
 
 def test_both_releases_recorded() -> None:

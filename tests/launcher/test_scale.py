@@ -11,7 +11,8 @@ import sys
 import time
 
 from resilient_slurm.events import MAX_EVENT_BYTES, EventKind, EventLog, read_events
-from resilient_slurm.launcher import evidence, plan
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.recovery import evidence
 from resilient_slurm.slurm.parse import _job_from_oneliner, parse_oneliner
 
 MAX_ARG_STRLEN = 128 * 1024  # Linux: one argv string may not exceed this
@@ -85,7 +86,7 @@ sys.exit(7 if n == 1 else 9)
 def test_shim_started_record_and_signal_relayed_once(tmp_path) -> None:
     rec = tmp_path / "rec"
     env = {**os.environ, "SLURMD_NODENAME": "node5", "SLURM_STEP_ID": "3"}
-    argv = [sys.executable, "-m", "resilient_slurm.launcher.node", f"--record-dir={rec}",
+    argv = [sys.executable, "-m", "resilient_slurm.launcher.shim.node", f"--record-dir={rec}",
             "--", sys.executable, "-c", CHILD]
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"

@@ -1,4 +1,4 @@
-"""Hot spares (``launcher/spares.py``): input checks, which nodes train and which stand by,
+"""Hot spares (``launcher/recovery/spares.py``): input checks, which nodes train and which stand by,
 which spare may replace a blamed node (only a fresh ``ok`` verdict and an available node), the
 events and job-log lines of a swap, and the CLI's usage errors and dry-run plan."""
 
@@ -12,8 +12,11 @@ from click.testing import CliRunner
 from hypothesis import given
 
 from resilient_slurm.events import EventKind, read_events
-from resilient_slurm.launcher import cli, joblog, plan, report, spares
-from resilient_slurm.launcher.spares import Health
+from resilient_slurm.launcher import cli
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.recovery import spares
+from resilient_slurm.launcher.recovery.spares import Health
+from resilient_slurm.launcher.report import joblog, report
 
 
 def test_check_gives_the_training_size_and_refuses_bad_input() -> None:

@@ -110,7 +110,7 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
         # 0 lost steps: step 30 never finished on the victim's rank; 29 did everywhere
         assert {st for _, st, *_ in again} == {FAULT_STEP - 1}, again
-        # Node ranks pinned (launcher/rank_pin.py): every survivor runs its ranks of the first
+        # Node ranks pinned (launcher/cycle/rank_pin.py): every survivor runs its ranks of the first
         # cycle and restores them from its own node's memory (tier 1); the spare runs exactly
         # the victim's and restores the victim's state from its copy on a peer (tier 2).
         by_rank = {r: (tier, node) for r, _, tier, _, node in again}

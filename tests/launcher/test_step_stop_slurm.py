@@ -31,7 +31,7 @@ ft_like = ("import signal, sys, time\n"
            "signal.signal(signal.SIGTERM, lambda *_: (print('saved', flush=True), sys.exit(0)))\n"
            "time.sleep(600)\n")
 proc = subprocess.Popen(["srun", "-N3", "-w", nodes, "--ntasks-per-node=1", sys.executable,
-                         "-m", "resilient_slurm.launcher.node", f"--record-dir={rec}", "--",
+                         "-m", "resilient_slurm.launcher.shim.node", f"--record-dir={rec}", "--",
                          sys.executable, "-c", ft_like])
 while len([f for f in os.listdir(rec) if f.endswith(".started.json")]
           if os.path.isdir(rec) else []) < 3:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher.straggler import (
+from resilient_slurm.launcher.recovery.straggler import (
     Sample,
     Settings,
     judge,
@@ -194,7 +194,7 @@ def test_property_one_slow_node_is_always_found_and_alone(base, nodes, slow, who
 
 
 def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
-    from resilient_slurm.launcher.straggler import Watch
+    from resilient_slurm.launcher.recovery.straggler import Watch
 
     w = Watch(Settings(factor=1.3, window=20), ["n1", "n2", "n3"])
     ev = [{"kind": "step_timing", "step": 10 * (i + 1), "steps": 10,
@@ -220,7 +220,7 @@ def test_even_window_needs_a_majority_of_slow_samples() -> None:
 
 
 def test_report_shows_node_speed_and_when_the_straggler_was_removed() -> None:
-    from resilient_slurm.launcher.straggler import render_speed
+    from resilient_slurm.launcher.recovery.straggler import render_speed
 
     def timing(ts: float, step: int, n3: float) -> dict:
         return {"kind": "step_timing", "ts": ts, "step": step, "steps": 5,
@@ -250,8 +250,8 @@ def test_monitor_reads_the_tails_new_events_and_reports_each_straggler_once(tmp_
     import json
 
     from resilient_slurm.events import EventKind, EventLog
-    from resilient_slurm.launcher.observe import EventTail
-    from resilient_slurm.launcher.straggler import Monitor
+    from resilient_slurm.launcher.recovery.straggler import Monitor
+    from resilient_slurm.launcher.shim.observe import EventTail
 
     p = tmp_path / "ev.jsonl"
     log = EventLog(str(p), "t")
@@ -274,8 +274,8 @@ def test_monitor_reads_the_tails_new_events_and_reports_each_straggler_once(tmp_
 
 
 def test_stop_reason_prefers_requeue_and_cause() -> None:
-    from resilient_slurm.launcher.policy import Watched, stop_reason
-    from resilient_slurm.launcher.straggler import cause, prefers_requeue
+    from resilient_slurm.launcher.recovery.policy import Watched, stop_reason
+    from resilient_slurm.launcher.recovery.straggler import cause, prefers_requeue
 
     (v,) = judge(run([SLOW3] * 5), S).verdicts
     assert stop_reason(Watched(stragglers={"n3": v.evidence})) == "straggler: n3 " + v.evidence

@@ -1,6 +1,6 @@
-"""The signal paths' bounds (issue 37, item 7; ``launcher/timelimit.py``): after the time-limit
-warning the ranks' save is capped so that the requeue lands before the job's end time (with
-NVRx's default ``--term-timeout`` of 1,800 s and ``--signal=B:USR1@120`` the step used to get
+"""The signal paths' bounds (issue 37, item 7; ``launcher/recovery/timelimit.py``): after the
+time-limit warning the ranks' save is capped so that the requeue lands before the job's end time
+(with NVRx's default ``--term-timeout`` of 1,800 s and ``--signal=B:USR1@120`` the step used to get
 1,810 s), the requeue call is retried until shortly before that end; after SIGTERM the stop
 stays within 70 % of KillWait; the end time is read from Slurm's environment or job record."""
 
@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from resilient_slurm.launcher import plan, requeue, timelimit
-from resilient_slurm.launcher.policy import Signal
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.recovery import requeue, timelimit
+from resilient_slurm.launcher.recovery.policy import Signal
 from resilient_slurm.slurm.parse import _job_from_json, _job_from_oneliner, parse_oneliner
 
 KW, MT = 30.0, 10.0  # Slurm's defaults: KillWait, MessageTimeout

@@ -1,4 +1,4 @@
-"""torchrun's command line as resilient-launch reads it (launcher/torchrun_args.py) and the
+"""torchrun's command line as resilient-launch reads it (launcher/cycle/torchrun_args.py) and the
 plan it leads to: one --nnodes, one --rdzv-endpoint (the launcher's), the user's script."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import cli, plan, torchrun_args
+from resilient_slurm.launcher import cli
+from resilient_slurm.launcher.cycle import plan, torchrun_args
 
 LITERAL = ("--nnodes=4 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=head:29500 "
            "--rdzv-id=1234 train.py --lr 3e-4 --nnodes 9")
@@ -139,7 +140,8 @@ def test_any_torchrun_line(opts, eq, script_args) -> None:
     ctx = cli.main.make_context("resilient-launch", list(argv))
     ft = plan.ft_command(cli.launch_options(ctx), plan.Features(FLAGS, "0.4.1"), 4,
                          "node1:29400", "rs-77-r0-c1", log_dir="/state/torchelastic/{node}")
-    ft = ft[ft.index("ft_launcher"):]  # on NVRx 0.4.x behind the rank pin (launcher/rank_pin.py)
+    # on NVRx 0.4.x behind the rank pin (launcher/cycle/rank_pin.py)
+    ft = ft[ft.index("ft_launcher"):]
     if any(f == "-m" for f, _t, _v in opts):
         assert ft[:ft.index("train.py")].count("-m") == 1
     script = ft.index("train.py")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm.launcher import blame, evidence
+from resilient_slurm.launcher.recovery import blame, evidence
 from resilient_slurm_lab.sandbox import lifecycle
 
 

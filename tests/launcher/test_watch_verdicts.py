@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 
 from resilient_slurm import verdict_file
-from resilient_slurm.launcher import joblog, nodewatch, watch
-from resilient_slurm.launcher.policy import Signal
+from resilient_slurm.launcher import watch
+from resilient_slurm.launcher.recovery import nodewatch
+from resilient_slurm.launcher.recovery.policy import Signal
+from resilient_slurm.launcher.report import joblog
 from resilient_slurm.slurm import connect
 
 

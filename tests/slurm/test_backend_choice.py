@@ -9,7 +9,8 @@ import types
 import pytest
 from click.testing import CliRunner
 
-from resilient_slurm.launcher import cli, plan
+from resilient_slurm.launcher import cli
+from resilient_slurm.launcher.cycle import plan
 from resilient_slurm.slurm import backend_choice, connect, pyslurm_usable, select
 from resilient_slurm.slurm.cli_backend import CliSlurm
 from resilient_slurm.slurm.model import SlurmError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from resilient_slurm.launcher.inprocess_plan import worker_env
+from resilient_slurm.launcher.cycle.inprocess_plan import worker_env
 from resilient_slurm.training import nccl_requirements as req
 
 GOOD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0"}
