@@ -207,7 +207,7 @@ class NodeFault:
         # may have none, and a GPU lost there would cost the training nothing.
         node = next((n for n in reversed(others) if worker_pids(self.jid, n, self.script)),
                     others[-1])
-        from resilient_slurm.healthcheck.simulate import install_scenario
+        from resilient_slurm_lab.hardware.simulate import install_scenario
 
         Path(self.lost_dir, node).touch()
         if self.memory:  # a lost node's memory is gone with it (the sandbox shares one host)

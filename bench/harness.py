@@ -117,7 +117,7 @@ class Cluster:
 
     def reset_nodes(self, timeout: float = 60) -> None:
         """Every node repaired (scenario cleared), resumed and idle: a clean start per run."""
-        from resilient_slurm.healthcheck.simulate import install_scenario
+        from resilient_slurm_lab.hardware.simulate import install_scenario
 
         for node in self.slurm.nodes():
             if not node.available or node.drain:

@@ -19,8 +19,8 @@ import tracemalloc
 
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
-from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.policy import load_policy
+from resilient_slurm_lab.hardware.klogfile import FileSource
 
 BENIGN = (
     "[86100.{i:06d}] NVRM: Xid (PCI:0000:53:00): 13, pid=42, name=python, Graphics SM Warp "

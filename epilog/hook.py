@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
@@ -18,8 +19,12 @@ from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded, job_file
 
+if TYPE_CHECKING:  # a caller outside the product may pass one (hooks/entry.py)
+    from resilient_slurm.healthcheck.seams import Hardware
 
-def epilog_main(argv: Sequence[str] | None = None) -> int:
+
+def epilog_main(argv: Sequence[str] | None = None,
+                hardware: Hardware | None = None) -> int:
     """Slurm ``Epilog=``: what happened during the job (new Xids, leftovers); drain if bad."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
@@ -70,7 +75,7 @@ def epilog_main(argv: Sequence[str] | None = None) -> int:
                 runner.warn("epilog", f"job file {path}", exc)
         return status
 
-    return guarded("epilog", argv, epilog_main.__doc__ or "", body)
+    return guarded("epilog", argv, epilog_main.__doc__ or "", body, hardware)
 
 
 def main() -> None:

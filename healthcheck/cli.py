@@ -1,5 +1,6 @@
-"""The health engine's commands of ``resilient-health``: ``check``, ``genconf``, ``scenarios``,
-``install-scenario`` (:data:`COMMANDS`).
+"""The health engine's commands of ``resilient-health``: ``check`` and ``genconf``
+(:data:`COMMANDS`), on this machine's hardware, or with ``--simulate`` on a simulated node
+the lab provides (``seams.plugged``).
 
 The ``resilient-health`` group that carries them, with the HealthCheckProgram as its bare form
 and the hooks' commands beside them, is ``hooks/health_cli.py``: the health engine knows
@@ -80,7 +81,9 @@ def _indices(value: str | None) -> list[int] | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--metrics-file", type=click.Path(dir_okay=False),
               help="Also write a Prometheus textfile-collector file (atomically).")
-@click.option("--simulate", help="Scenario name or path: simulated hardware, not this machine.")
+@click.option("--simulate", metavar="SCENARIO",
+              help="Simulated hardware, not this machine: a scenario name or path of the "
+                   "lab (resilient-slurm-lab), which must be installed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Config file (default $RESILIENT_SLURM_CONFIG or "
                    "/etc/resilient-slurm/config.toml).")
@@ -98,31 +101,20 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
     \b
     Read-only by default: Xids are read after the hooks' saved kernel-log position, which
     stays where it was (--advance moves it, as a hook's run does).
-
-    \b
-    Fault injection (tests, the GPU proof): RESILIENT_HEALTH_NVML_FAULT=hang makes the NVML
-    seam's temperature call hang after the real init and device count (hang:<call> picks
-    another call); the NVML checks must then end `unknown` within the timeouts.
     """
-    from .fakes import NVML_FAULT_ENV, HangingNvml, nvml_fault
     from .metrics import write_metrics
     from .progress import TtyProgress
-    from .seams import check_node
+    from .seams import check_node, plugged
 
     try:
-        hang_call = nvml_fault(os.environ.get(NVML_FAULT_ENV))
-    except ValueError as exc:
-        click.echo(f"resilient-health: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    wrapper = (lambda gpu: HangingNvml(gpu, hang_call)) if hang_call else None
-    try:
         config = load_config(config_path)
+        hardware = plugged(simulate) if simulate else None
         with TtyProgress(sys.stderr, config.health.watchdog_s):
             report = check_node(config, check_set=check_set,
                                 only=_names(only),
-                                profile=profile, simulate=simulate, node=node,
+                                profile=profile, hardware=hardware, node=node,
                                 gpu_indices=_indices(gpus), started=process_started(),
-                                gpu_wrapper=wrapper, advance=advance)
+                                advance=advance)
     except ConfigError as exc:
         _config_error(exc)
         return
@@ -149,7 +141,9 @@ def check(only: str | None, check_set: str, profile: str | None, as_json: bool,
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write the profile here (atomically) instead of standard output.")
 @click.option("--force", is_flag=True, help="Write it even when the node shows problems.")
-@click.option("--simulate", help="Scenario name or path: simulated hardware, not this machine.")
+@click.option("--simulate", metavar="SCENARIO",
+              help="Simulated hardware, not this machine: a scenario name or path of the "
+                   "lab (resilient-slurm-lab), which must be installed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Config file (for sysfs_root, tool_path, nvml_timeout_s).")
 @click.option("--node", help="Node name for the header (default $SLURMD_NODENAME or hostname).")
@@ -167,12 +161,12 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
     from resilient_slurm import fsutil
 
     from .genconf import CannotObserve, default_name, observe, render
-    from .seams import default_node, seams_for
+    from .seams import default_node, plugged, seams_for
 
     try:
         config = load_config(config_path)
         node = node or default_node()
-        seams = seams_for(config, node, simulate)
+        seams = seams_for(config, node, plugged(simulate) if simulate else None)
         if seams.setup_error:
             click.echo(f"resilient-health genconf: {seams.setup_error}", err=True)
             sys.exit(EXIT_USAGE)
@@ -205,27 +199,4 @@ def genconf_cmd(name: str | None, match: tuple[str, ...], output: str | None, fo
         click.echo(text, nl=False)
 
 
-@click.command("scenarios")
-def scenarios_cmd() -> None:
-    """List the shipped simulation scenarios."""
-    from .simulate import load_scenario_data, scenario_path, shipped_scenarios
-
-    for name in shipped_scenarios():
-        desc = load_scenario_data(scenario_path(name)).get("description", "")
-        click.echo(f"{name:<20} {desc}")
-
-
-@click.command("install-scenario")
-@click.argument("node_dir", type=click.Path(file_okay=False))
-@click.argument("scenario")
-def install_cmd(node_dir: str, scenario: str) -> None:
-    """Make the simulated node in NODE_DIR become SCENARIO (name, path, or 'clear')."""
-    from .simulate import install_scenario
-
-    try:
-        click.echo(install_scenario(node_dir, scenario))
-    except ConfigError as exc:
-        _config_error(exc)
-
-
-COMMANDS: tuple[click.Command, ...] = (check, genconf_cmd, scenarios_cmd, install_cmd)
+COMMANDS: tuple[click.Command, ...] = (check, genconf_cmd)

@@ -98,15 +98,14 @@ class HealthConfig:
     """``[health]``: the node health engine (``resilient-health``).
 
     Timeouts are seconds. ``watchdog_s`` bounds a whole run (keep it below the Slurm limit of
-    the hook that calls it: HealthCheckProgram is killed at 60 s). ``simulate`` is a scenario
-    name or path, ``{node}`` replaced by the node name; empty = real hardware (the default).
+    the hook that calls it: HealthCheckProgram is killed at 60 s). The hardware is never chosen
+    here: it is this machine's unless a caller plugs another in (``healthcheck/seams.py``).
     ``xid_overrides``: ``{generation: {"<xid>": action}}``; ``boot_noise``: extra
     ``{generation: [xid, ...]}`` ignored within ``boot_noise_window_s`` of boot.
     ``profile_patterns``: ``{"node-glob": "profile"}`` checked before the profiles' own ``match``.
     """
 
     state_dir: str = "/var/lib/resilient-slurm"
-    simulate: str = ""
     watchdog_s: float = 45.0
     nvml_timeout_s: float = 10.0
     tool_timeout_s: float = 15.0

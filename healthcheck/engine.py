@@ -30,7 +30,7 @@ from . import checks_net as _net  # noqa: F401 - declares efa, infiniband
 from . import checks_rates as cr
 from . import tools
 from . import validate_checks as vc
-from .gpu import GpuBackend, GpuSnapshot, gather_gpus
+from .gpu import GpuSnapshot, gather_gpus
 from .klog.sources import LogRead, PositionStore, norm_pci, safe_read
 from .model import FAIL, OK, UNKNOWN, WARN, Report, Result
 from .policy import generation_of, load_policy
@@ -87,17 +87,14 @@ def select_checks(config: Config, check_set: str, only: list[str] | None) -> lis
 def run_checks(seams: Seams, *, check_set: str = "periodic", only: list[str] | None = None,
                profile: str | None = None, node: str, gpu_indices: list[int] | None = None,
                since_position: dict[str, Any] | None = None,
-               started: float | None = None,
-               gpu_wrapper: Callable[[GpuBackend], GpuBackend] | None = None,
-               advance: bool = True) -> Report:
+               started: float | None = None, advance: bool = True) -> Report:
     """Run a check set on ``node`` through ``seams`` (:func:`.seams.seams_for`: real or
-    simulated is decided there, never here) and return the :class:`Report` (never raises for
-    hardware; raises :class:`ConfigError` for bad configuration or arguments). The config is
-    ``seams.config``.
+    simulated is decided there, by the hardware it was given, never here) and return the
+    :class:`Report` (never raises for hardware; raises :class:`ConfigError` for bad
+    configuration or arguments). The config is ``seams.config``.
 
     Returns within ``health.watchdog_s`` of ``started`` (a ``time.monotonic()`` value; default
     now): a CLI passes its process start so the whole command keeps the budget.
-    ``gpu_wrapper`` wraps the GPU backend (real or simulated): the CLI's NVML fault injection.
     ``advance=False`` (a manual ``resilient-health check``) reads from the saved kernel-log
     position but never moves it (nor the app-Xid history): the hooks still see what it saw.
     """
@@ -119,8 +116,6 @@ def run_checks(seams: Seams, *, check_set: str = "periodic", only: list[str] | N
         report.results += [Result(n, UNKNOWN, "SETUP_ERROR", seams.setup_error)
                            for n in enabled]
     else:
-        if gpu_wrapper is not None:
-            seams.gpu = gpu_wrapper(seams.gpu)
         _run(config, seams, sel, enabled, report, deadline, gpu_indices, since_position,
              advance)
     report.results.insert(0, sel.result(node, cfg.allow_unmatched_profile))

@@ -3,7 +3,7 @@
 As NHC's ``nhc-genconf``: run it once on a node you trust, review the file, install it as a
 site profile (``[health.profiles.<name>]`` in config.toml). It reads the same seams as the
 checks (NVML through :func:`.gpu.gather_gpus` with its timeout, the RDMA tree under the sysfs
-root, the tool search path), so it can be tested with the simulated scenarios.
+root, the tool search path), so it can be tested on simulated hardware (the lab's).
 
 What it records: GPU count and generation (NVML name / architecture), NVLinks up per GPU,
 NVSwitch fabric (every GPU's fabric state *completed*), PCIe capability (the lowest max gen and

@@ -1,6 +1,6 @@
 """The GPU seam: a small protocol over NVML and a gather that cannot hang the run.
 
-``GpuBackend`` is the per-call interface (real: :mod:`.nvml`, simulated: :mod:`.simulate`).
+``GpuBackend`` is the per-call interface (real: :mod:`.nvml`; the lab simulates it).
 :func:`gather_gpus` calls it from a daemon thread and gives up at the deadline: a hung NVML
 call (it happens when the driver is wedged) cannot be interrupted, but it no longer blocks the
 run, and a daemon thread does not keep the process alive. The snapshot then says which call

@@ -11,11 +11,17 @@ path): the file must be owned by root (or the running user) and not writable by 
 others, checked on every run. Exit statuses: ``hooks/exits.py`` (``HOOK_EXITS``, rendered into
 ``--help``); a non-zero prolog/epilog status also makes Slurm drain the node (we drain first,
 with our own reason).
+
+The hardware they check is this machine's. A caller outside the product may pass another to
+an entry point (``prolog_main(argv, hardware=...)``, the lab's wrappers for its sandbox):
+:func:`guarded` makes it the hardware of the whole run. Nothing in the config file or the
+environment can.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import stat
 import sys
@@ -33,6 +39,7 @@ from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR, HOOK_EXITS
 
 if TYPE_CHECKING:  # the health engine is imported only when a hook runs checks
     from resilient_slurm.healthcheck.model import Report
+    from resilient_slurm.healthcheck.seams import Hardware
 
 # What a hook does once its context is read: returns the hook's exit status.
 HookBody = Callable[[Config, HookContext, runner.SafeEvents], int]
@@ -67,53 +74,21 @@ def check_config_file(path: str) -> None:
                           f"(mode {stat.S_IMODE(st.st_mode):o}); chmod go-w")
 
 
-def check_simulate(simulate: str, config_path: str) -> None:
-    """A root hook never takes simulated hardware from the production config, a shipped
-    scenario name (fixed hardware: a leftover ``simulate = "healthy-p5"`` would pass every real
-    node), or a scenario file anyone but root can change (a user forging a healthy or a failed
-    node). What remains is a root-owned scenario path in a test or sandbox config
-    (``sandbox up`` writes each node's, root-only). ConfigError otherwise."""
-    if not simulate or os.geteuid() != 0:
-        return
-    why = ""
-    if os.path.abspath(config_path) == DEFAULT_PATH:
-        why = f"is set in {DEFAULT_PATH}: the root hooks check real hardware only"
-    elif os.sep not in simulate:
-        why = f"names a shipped scenario ({simulate!r}): the root hooks take only a root-owned " \
-              "scenario file"
-    else:
-        path = os.path.abspath(simulate)
-        while True:
-            try:
-                st = os.lstat(path)
-            except OSError as exc:
-                why = f"{path}: {exc.strerror}"
-                break
-            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-            if stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or \
-                    (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky):
-                why = f"{path} is a symlink, not root's, or writable by others: the root hooks " \
-                      "take only a root-owned scenario file"
-                break
-            if path == os.path.dirname(path):
-                break
-            path = os.path.dirname(path)
-    if why:
-        raise ConfigError("health.simulate", why, config_path)
-
-
 def _setup(prog: str, argv: Sequence[str] | None, about: str) -> tuple[Config, HookContext]:
     args = _parse(prog, argv, about)
     ctx = from_env(os.environ, node=args.node)
     path = args.config or DEFAULT_PATH
     check_config_file(path)
     config = runner.for_node(load_config(path, env={}), ctx.node)
-    check_simulate(config.health.simulate, path)
     runner.ensure_state_dir(config)
     return config, ctx
 
 
-def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody) -> int:
+def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody,
+            hardware: Hardware | None = None) -> int:
+    """Run ``body`` as hook ``source``: parse ``argv``, read the config and Slurm's context,
+    then the body with every check on ``hardware`` (default: this machine's; another one is
+    passed only by a caller outside the product, as the lab's hook wrappers do)."""
     try:
         config, ctx = _setup(f"resilient-{source}", argv, about)
     except (ConfigError, ContextError) as exc:
@@ -124,7 +99,8 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
         return EXIT_HOOK_ERROR
     events = runner.event_log(config, source, ctx)
     try:
-        status = int(body(config, ctx, events))
+        with _on(hardware):
+            status = int(body(config, ctx, events))
     except ConfigError as exc:  # e.g. a scenario or profile named by the config is bad
         events.emit(EventKind.HOOK_ERROR, **HookNote(cause=str(exc)))
         print(f"resilient-{source}: {exc}", file=sys.stderr)
@@ -138,6 +114,16 @@ def guarded(source: str, argv: Sequence[str] | None, about: str, body: HookBody)
 
 
 _ABANDONED: list[str] = []
+
+
+def _on(hardware: Hardware | None) -> contextlib.AbstractContextManager[None]:
+    """The run's hardware (``healthcheck/seams.py``'s ``using``); nothing imported for the
+    default, this machine."""
+    if hardware is None:
+        return contextlib.nullcontext()
+    from resilient_slurm.healthcheck.seams import using
+
+    return using(hardware)
 
 
 def check(config: Config, ctx: HookContext, check_set: str, budget: float,

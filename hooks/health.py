@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
@@ -23,6 +24,9 @@ from resilient_slurm.hooks import runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded
 from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
+
+if TYPE_CHECKING:  # a caller outside the product may pass one (hooks/entry.py)
+    from resilient_slurm.healthcheck.seams import Hardware
 
 JOB_START_LOCK = "job-start.lock"
 
@@ -60,7 +64,8 @@ def recheck_holds(config: Config, ctx: HookContext, report: Report,
     return rerun
 
 
-def health_main(argv: Sequence[str] | None = None) -> int:
+def health_main(argv: Sequence[str] | None = None,
+                hardware: Hardware | None = None) -> int:
     """Slurm ``HealthCheckProgram=``: periodic checks; drain bad nodes, resume our own."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
@@ -94,7 +99,7 @@ def health_main(argv: Sequence[str] | None = None) -> int:
                         **HookNote(cause="another health run is still in progress"))
             return 0
 
-    return guarded("health", argv, health_main.__doc__ or "", body)
+    return guarded("health", argv, health_main.__doc__ or "", body, hardware)
 
 
 def main() -> None:

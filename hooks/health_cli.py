@@ -1,16 +1,18 @@
 """``resilient-health``: the node health checks' command; bare, Slurm's HealthCheckProgram.
 
-The group. With no command it is the HealthCheckProgram (``hooks/health.py``). Its commands:
-the health engine's (``check``, ``genconf``, ``scenarios``, ``install-scenario``:
-``healthcheck/cli.py``) and the hooks' (``watch`` here, ``holds`` and ``clear-hold``:
-``hooks/admin.py``, ``validate``: ``hooks/validate_cmd.py``). ``python -m
-resilient_slurm.hooks.health_cli`` is ``resilient-health``. Exit codes of the bare form:
+The group. With no command it is the HealthCheckProgram (``hooks/health.py``). Its commands: the
+health engine's (``check``, ``genconf``: ``healthcheck/cli.py``) and the hooks' (``watch`` here,
+``holds`` and ``clear-hold``: ``hooks/admin.py``, ``validate``: ``hooks/validate_cmd.py``).
+``python -m resilient_slurm.hooks.health_cli`` is ``resilient-health``. It checks this machine's
+hardware; a Python caller may run it on other hardware by passing it as the click context's object
+(``main.main(args, obj=hardware)``: the lab does, for its sandbox). Exit codes of the bare form:
 ``hooks/exits.py``'s ``HOOK_EXITS``, rendered into ``--help``; each command's in its own.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -36,6 +38,12 @@ def main(ctx: click.Context) -> None:
     healthy again and the drain was ours (config: /etc/resilient-slurm/config.toml only;
     a root hook reads nothing from the environment). `resilient-health check` only reports.
     """
+    if ctx.obj is not None:  # hardware a caller outside the product runs us on (the lab)
+        from resilient_slurm.healthcheck.seams import Hardware, using
+
+        if not isinstance(ctx.obj, Hardware):
+            raise click.UsageError(f"not hardware: {ctx.obj!r}")
+        ctx.with_resource(using(ctx.obj))
     if ctx.invoked_subcommand is None:
         no_subcommand(ctx)
 
@@ -48,7 +56,7 @@ def no_subcommand(ctx: click.Context) -> None:
     """
     from resilient_slurm.hooks.health import health_main
 
-    ctx.exit(health_main([]))
+    ctx.exit(health_main([], ctx.obj))
 
 
 @main.command("watch")
@@ -57,7 +65,9 @@ def no_subcommand(ctx: click.Context) -> None:
 @click.option("--node", help="Node name (default $SLURMD_NODENAME or the short hostname).")
 @click.option("--ticks", type=click.IntRange(min=1),
               help="Stop after this many looks (default: run until SIGTERM).")
-def watch_cmd(config_path: str | None, node: str | None, ticks: int | None) -> None:
+@click.pass_obj
+def watch_cmd(hardware: Any, config_path: str | None, node: str | None,
+              ticks: int | None) -> None:
     """The node watcher, a root service: publish a failing node within seconds.
 
     \b
@@ -72,7 +82,7 @@ def watch_cmd(config_path: str | None, node: str | None, ticks: int | None) -> N
 
     argv = [*(["--config", config_path] if config_path else []),
             *(["--node", node] if node else []), *(["--ticks", str(ticks)] if ticks else [])]
-    sys.exit(watch_main(argv))
+    sys.exit(watch_main(argv, hardware))
 
 
 for _command in COMMANDS:

@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from resilient_slurm import fsutil, proc
@@ -98,9 +99,11 @@ def layout(prefix: str, python: str | None = None, destdir: str = "") -> Install
 
 
 def shim_text(name: str, python: str, config_path: str,
-              settings: shim.ShimSettings | None = None) -> str:
-    """The shim of hook ``name`` (``SHIMS``): ``hooks/shim.py``."""
-    module, func = SHIMS[name]
+              settings: shim.ShimSettings | None = None,
+              entry: tuple[str, str] | None = None) -> str:
+    """The shim of hook ``name`` (``hooks/shim.py``), running ``entry`` (module, function:
+    default ``SHIMS[name]``, the product's)."""
+    module, func = entry or SHIMS[name]
     return shim.text(name, python, module, func, config_path, settings or shim.ShimSettings())
 
 
@@ -114,11 +117,13 @@ class PlannedFile:
 
 def plan(prefix: str = "/", python: str | None = None, config_text: str | None = None,
          slurm_conf: str = "/etc/slurm/slurm.conf", force: bool = False,
-         destdir: str = "") -> tuple[Installation, list[PlannedFile]]:
+         destdir: str = "", entries: Mapping[str, tuple[str, str]] | None = None,
+         ) -> tuple[Installation, list[PlannedFile]]:
     """The files an install writes: the shims (0755) and, unless one exists (or ``force``),
-    the config (0644). Nothing is written. The shims carry the ``[hooks]`` values they need
-    without Python (``hooks/shim.py``) from the config written, else the one kept; a value
-    they cannot carry raises ``shim.ShimError``."""
+    the config (0644). Nothing is written. ``entries``: what each shim runs in place of
+    ``SHIMS`` (module, function; a test bench's wrappers: the lab's sandbox). The shims carry
+    the ``[hooks]`` values they need without Python (``hooks/shim.py``) from the config
+    written, else the one kept; a value they cannot carry raises ``shim.ShimError``."""
     inst = layout(prefix, python, destdir)
     config_file: PlannedFile | None = None
     if force or not os.path.exists(inst.staged(inst.config_path)):
@@ -130,16 +135,18 @@ def plan(prefix: str = "/", python: str | None = None, config_text: str | None =
             text = fh.read()
     settings = shim.ShimSettings.from_toml(text)
     files = [PlannedFile(inst.staged(inst.shims[name]), inst.shims[name], 0o755,
-                         shim_text(name, inst.python, inst.config_path, settings))
+                         shim_text(name, inst.python, inst.config_path, settings,
+                                   (entries or SHIMS)[name]))
              for name in SHIMS]
     return inst, files + ([config_file] if config_file else [])
 
 
 def install(prefix: str = "/", python: str | None = None, config_text: str | None = None,
             slurm_conf: str = "/etc/slurm/slurm.conf", force: bool = False,
-            destdir: str = "") -> Installation:
+            destdir: str = "", entries: Mapping[str, tuple[str, str]] | None = None,
+            ) -> Installation:
     """Write :func:`plan`'s files atomically."""
-    inst, files = plan(prefix, python, config_text, slurm_conf, force, destdir)
+    inst, files = plan(prefix, python, config_text, slurm_conf, force, destdir, entries)
     for f in files:
         fsutil.atomic_write(f.path, f.text, mode=f.mode)
         inst.written.append(f.path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any, Protocol
 
@@ -61,10 +60,12 @@ def _alive(pid: Any) -> bool:
 
 
 def start_validation(config: Config, ctx: HookContext) -> int:
-    """``resilient-health validate --record`` in its own session (it outlives this run);
-    returns its pid. Its output goes to ``validate.log`` in the hook state directory."""
-    argv = [sys.executable, "-I", "-m", "resilient_slurm.hooks.health_cli", "validate",
-            "--record", "--node", ctx.node]
+    """``resilient-health validate --record`` in its own session (it outlives this run), on
+    this run's hardware (``seams.current``); returns its pid. Its output goes to
+    ``validate.log`` in the hook state directory."""
+    from resilient_slurm.healthcheck.seams import current
+
+    argv = [*current().health_command, "validate", "--record", "--node", ctx.node]
     if config.source:
         argv += ["--config", config.source]
     state_dir = config.section("hooks").state_dir

@@ -85,7 +85,7 @@ def for_node(config: Config, node: str) -> Config:
         return dataclasses.replace(obj, **changes)
 
     sections = dict(config.sections)
-    sections["health"] = sub(sections["health"], ("state_dir", "simulate"))
+    sections["health"] = sub(sections["health"], ("state_dir",))
     sections["hooks"] = sub(sections["hooks"], ("state_dir", "events_file", "metrics_file",
                                                 "verdict_file", "memory_tier_dir"))
     return Config(sections, config.source)

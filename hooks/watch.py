@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from resilient_slurm.config import Config
 from resilient_slurm.events import EventKind, HookNote
@@ -49,6 +50,9 @@ from resilient_slurm.healthcheck.model import FAIL, UNKNOWN, Report, Result
 from resilient_slurm.hooks import entry, runner
 from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
+
+if TYPE_CHECKING:  # a caller outside the product may pass one (hooks/entry.py)
+    from resilient_slurm.healthcheck.seams import Hardware
 
 SOURCE = "watch"
 
@@ -68,7 +72,8 @@ def _ticks(argv: Sequence[str]) -> tuple[int | None, list[str]]:
     return known.ticks, rest
 
 
-def watch_main(argv: Sequence[str] | None = None) -> int:
+def watch_main(argv: Sequence[str] | None = None,
+               hardware: Hardware | None = None) -> int:
     """Node watcher: NVML checks every watch_interval_s; drain at once on a failure."""
     ticks, rest = _ticks(sys.argv[1:] if argv is None else argv)
     stop: list[int] = []
@@ -106,7 +111,7 @@ def watch_main(argv: Sequence[str] | None = None) -> int:
             _sleep(hs.watch_interval_s - (time.monotonic() - started), stop)
         return 0
 
-    return entry.guarded(SOURCE, rest, watch_main.__doc__ or "", body)
+    return entry.guarded(SOURCE, rest, watch_main.__doc__ or "", body, hardware)
 
 
 def tick(config: Config, ctx: HookContext, events: runner.SafeEvents,

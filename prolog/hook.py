@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from resilient_slurm import fsutil
 from resilient_slurm.config import Config
@@ -20,8 +21,12 @@ from resilient_slurm.hooks.context import HookContext
 from resilient_slurm.hooks.entry import check, guarded, job_file
 from resilient_slurm.hooks.health import JOB_START_LOCK
 
+if TYPE_CHECKING:  # a caller outside the product may pass one (hooks/entry.py)
+    from resilient_slurm.healthcheck.seams import Hardware
 
-def prolog_main(argv: Sequence[str] | None = None) -> int:
+
+def prolog_main(argv: Sequence[str] | None = None,
+                hardware: Hardware | None = None) -> int:
     """Slurm ``Prolog=``: fast checks on the job's GPUs; drain and exit 1 when unhealthy."""
 
     def body(config: Config, ctx: HookContext, events: runner.SafeEvents) -> int:
@@ -39,7 +44,7 @@ def prolog_main(argv: Sequence[str] | None = None) -> int:
             return runner.act(config, ctx, report, events, may_resume=False, source="prolog",
                               scope=ctx.gpus)
 
-    return guarded("prolog", argv, prolog_main.__doc__ or "", body)
+    return guarded("prolog", argv, prolog_main.__doc__ or "", body, hardware)
 
 
 def _save_position(config: Config, ctx: HookContext, report: Report) -> None:

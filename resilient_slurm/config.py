@@ -7,8 +7,8 @@ Where it comes from, lowest to highest precedence:
    ``/etc/resilient-slurm/config.toml`` (a missing *default* file is fine; a missing file
    that was named explicitly is an error),
 3. environment: ``RESILIENT_SLURM_<SECTION>_<KEY>`` for scalar keys, e.g.
-   ``RESILIENT_SLURM_HEALTH_SIMULATE=/tmp/sbx/nodes/{node}/scenario.toml``,
-4. flags: the ``overrides`` mapping the CLI passes (``{"health": {"simulate": ...}}``).
+   ``RESILIENT_SLURM_HEALTH_WATCHDOG_S=30``,
+4. flags: the ``overrides`` mapping the CLI passes (``{"health": {"watchdog_s": ...}}``).
 
 Every layer is validated against the section's dataclass: an unknown key or a value of the
 wrong type raises :class:`ConfigError` whose message names the key (``health.watchdog_s``);

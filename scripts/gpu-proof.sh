@@ -77,8 +77,9 @@ pip=("$venv/bin/python" "$pipwhl/pip" install --no-index --find-links "$wheels"
      --disable-pip-version-check --no-input -q)
 {
     "${pip[@]}" "setuptools>=77" wheel
-    # The project from this checkout (not a prebuilt wheel): the proof runs the code in the tree.
-    "${pip[@]}" --no-build-isolation "$repo" nvidia-resiliency-ext numpy
+    # The project from this checkout (not a prebuilt wheel): the proof runs the code in the tree;
+    # the lab beside it (its NVML hang over the real driver: the nvml-hang step).
+    "${pip[@]}" --no-build-isolation "$repo" "$repo/lab" nvidia-resiliency-ext numpy
 } > "$out/install.log" 2>&1 || {
     echo "gpu-proof: offline install failed (see $out/install.log):" >&2
     tail -n 20 "$out/install.log" >&2

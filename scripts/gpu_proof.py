@@ -168,10 +168,15 @@ class Proof:
 
     def check(self, name: str, profile: str, cap: float, fault: str = "") -> None:
         cfg = self.config(profile or "\n")
-        argv = self.health("check", "--json", "--config", cfg, *(["--profile", "proof-gpu"]
-                           if profile else []), *(["--simulate", "healthy-p5"] if self.dry else []))
-        env = dict(self.env, RESILIENT_HEALTH_NVML_FAULT=fault) if fault else None
-        r = self.run(name, argv, cap, env=env)
+        args = ["check", "--json", "--config", cfg,
+                *(["--profile", "proof-gpu"] if profile else [])]
+        if fault:  # the lab's NVML hang (a wedged driver) over the real one, or the dry run's node
+            sim = ["--scenario", "healthy-p5"] if self.dry else []
+            argv = [sys.executable, "-m", "resilient_slurm_lab.hardware.health", *sim,
+                    "--nvml-hang", fault, *args]
+        else:
+            argv = self.health(*args, *(["--simulate", "healthy-p5"] if self.dry else []))
+        r = self.run(name, argv, cap)
         try:  # the log holds the command line, then the JSON (and any stderr)
             report = json.loads(r.out[r.out.index("\n{") + 1:r.out.rindex("}") + 1])
         except ValueError:
@@ -331,7 +336,7 @@ def plan(p: Proof) -> list[tuple[str, float, Callable[[float], Any]]]:
         ("genconf", 20, lambda cap: profile.setdefault("text", p.genconf(cap))),
         ("health-check", 40, lambda cap: p.check("health-check", profile.get("text", ""), cap)),
         ("nvml-hang", 25, lambda cap: p.check("nvml-hang", profile.get("text", ""), cap,
-                                              fault="hang")),
+                                              fault="temperature")),
         ("train-reference", 60, p.reference),
         ("train-faults", 120, p.faults),
         ("stall-sync", 70, lambda cap: p.stall("sync", cap)),

@@ -218,7 +218,7 @@ SETTLE_S = 2.0  # how long every node must stay idle and undrained before a test
 def make_healthy_idle(sbx, s, timeout: float) -> None:
     """Every node of ``sbx`` with healthy simulated hardware, resumed, and IDLE with no flag
     for ``SETTLE_S``; AssertionError with the nodes' states when that takes over ``timeout``."""
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     for n in s.nodes():
         install_scenario(sbx.node_dir(n.name), "clear")

@@ -13,6 +13,7 @@ from resilient_slurm.config import load_config
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.hooks.nodestate import drain_reason
 from resilient_slurm.launcher.report import report
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_LINE = re.compile(
@@ -25,7 +26,8 @@ FAULT_LINE = re.compile(
 def xid79_reason() -> str:
     """The reason the hooks write for the shipped ``xid79`` scenario (a GPU off the bus)."""
     config = load_config("/dev/null", env={})
-    rep = check_node(config, simulate="xid79", node="node3", profile="p5.48xlarge")
+    rep = check_node(config, hardware=ScenarioHardware("xid79"), node="node3",
+                     profile="p5.48xlarge")
     return drain_reason(rep, config.section("hooks").owner_prefix)
 
 

@@ -7,7 +7,6 @@ missing from ``[tool.setuptools]`` would pass them all and break every real inst
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,7 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_SHIPPED = {"healthcheck/README.md", "training/README.md"}
 # The lab's parts (lab/, the distribution resilient-slurm-lab), as the product once named them
 # (package paths in the wheel): the product's wheel ships none of them, nor the lab's package.
-LAB_ONLY = ("resilient_slurm/sandbox/", "resilient_slurm_lab/")
+LAB_ONLY = ("resilient_slurm/sandbox/", "resilient_slurm_lab/",
+            # simulated hardware (the lab's resilient_slurm_lab/hardware/ since issue 41)
+            "resilient_slurm/healthcheck/scenarios/", "resilient_slurm/healthcheck/fakes.py",
+            "resilient_slurm/healthcheck/simulate.py", "resilient_slurm/healthcheck/klogfile.py")
 
 
 def _pyproject() -> dict:
@@ -117,31 +119,32 @@ def test_installed_package_is_the_wheel_not_the_repository(wheel_venv: tuple[Pat
         assert Path(line).is_relative_to(venv), line
 
 
-def test_simulated_health_check_from_the_wheel(wheel_venv: tuple[Path, Path],
-                                              tmp_path: Path) -> None:
-    """Scenarios, profiles and Xid policies are read from the installed package."""
+def test_health_data_from_the_wheel_and_no_simulated_hardware(wheel_venv: tuple[Path, Path],
+                                                                tmp_path: Path) -> None:
+    """Profiles and Xid policies are read from the installed package; the product has no
+    simulated hardware: `--simulate` says it comes with the lab and exits 2."""
     _, venv = wheel_venv
+    env = _env(tmp_path)
+    code = ("from resilient_slurm.healthcheck.config import HealthConfig\n"
+            "from resilient_slurm.healthcheck.policy import load_policy\n"
+            "from resilient_slurm.healthcheck.profiles import select_profile\n"
+            "cfg = HealthConfig()\n"
+            "print(load_policy('hopper', cfg).rule(79).action)\n"
+            "print(select_profile(cfg, 'n1', 'p5.48xlarge', '').spec.gpus)\n")
+    data = _run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env)
+    # Xid 79 maps to reboot in the shipped Hopper policy (healthcheck/xid_policies/); p5.48xlarge
+    # (the shipped profiles.toml) has 8 GPUs.
+    assert data.returncode == 0 and data.stdout.split() == ["reboot", "8"], \
+        data.stdout + data.stderr
     config = tmp_path / "config.toml"
     config.write_text(f'[health]\nstate_dir = "{tmp_path / "state"}"\n')
     health = str(venv / "bin" / "resilient-health")
-    env = _env(tmp_path)
-    listed = _run([health, "scenarios"], cwd=tmp_path, env=env)
-    assert listed.returncode == 0 and "xid79" in listed.stdout, listed.stdout + listed.stderr
-
-    ok = _run([health, "check", "--simulate", "healthy-p5", "--config", str(config),
-               "--node", "gpu-1", "--json"], cwd=tmp_path, env=env)
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    report = json.loads(ok.stdout)
-    assert report["status"] == "ok" and report["simulated"] is True
-    assert report["profile"] == "p5.48xlarge"  # from the shipped profiles.toml
-
-    bad = _run([health, "check", "--simulate", "xid79", "--config", str(config),
-                "--node", "gpu-1", "--json"], cwd=tmp_path, env=env)
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    report = json.loads(bad.stdout)
-    xids = [r for r in report["results"] if r["check"] == "xid"]
-    # Xid 79 maps to reboot in the shipped Hopper policy (healthcheck/xid_policies/).
-    assert any(r["status"] == "fail" and r.get("action") == "reboot" for r in xids), xids
+    sim = _run([health, "check", "--simulate", "healthy-p5", "--config", str(config)],
+               cwd=tmp_path, env=env)
+    assert sim.returncode == 2, sim.stdout + sim.stderr
+    assert "resilient-slurm-lab" in sim.stderr and "Traceback" not in sim.stderr, sim.stderr
+    listed = _run([health, "--help"], cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and "scenarios" not in listed.stdout, listed.stdout
 
 
 def test_the_product_names_no_lab_package() -> None:

@@ -10,11 +10,10 @@ first because a SIGKILL leaves no chance to write afterwards). When the resumed 
 the step, the marker exists and the fault is skipped.
 
 Types: ``exception`` (raises :class:`InjectedFault`), ``hang`` (sleeps forever: heartbeats stop),
-``sigkill`` (the process kills itself with SIGKILL), ``node`` (installs the ``xid79`` scenario in
-the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL). A
-node fault lasts: :func:`simulated_gpu_lost` is the sandbox's stand-in for CUDA init failing on a
-node whose GPU fell off the bus, and the training calls it before it starts, so a restart on
-that node fails at once, as it would on a cluster, until the node is repaired.
+``sigkill`` (the process kills itself with SIGKILL), ``node`` (the lab installs the ``xid79``
+scenario in the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then
+SIGKILL). A node fault lasts: :func:`simulated_gpu_lost` stands in for CUDA init failing on a node
+whose GPU fell off the bus; the training calls it first, so a restart there fails until repair.
 
 Targeted faults (``--fault TYPE@STEP[@WHERE]``, for tests and demos that need a fault on a given
 node): ``WHERE`` is a node name (fires on that node's local rank 0) or ``rankN`` (default
@@ -37,10 +36,12 @@ import os
 import random
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from resilient_slurm import proc
 from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.events import Fault as FaultEvent
 
@@ -235,12 +236,6 @@ def simulated_gpu_lost(env: Mapping[str, str] | None = None) -> str | None:
     return f"{node}: GPU {','.join(lost)} has fallen off the bus" if lost else None
 
 
-def _install_node_scenario(node_dir: str) -> None:
-    from resilient_slurm.healthcheck.simulate import install_scenario
-
-    install_scenario(node_dir, NODE_SCENARIO)
-
-
 class FaultInjector:
     """Fires this rank's scheduled faults, each at most once across restarts."""
 
@@ -372,8 +367,10 @@ class FaultInjector:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _node(self, fault: Fault) -> None:
-        assert self.node_dir is not None
-        _install_node_scenario(self.node_dir)
+        """The lab's command (never imported here) gives the node NODE_SCENARIO; SIGKILL."""
+        argv = [sys.executable, "-m", "resilient_slurm.cli", "hardware", "install"]
+        if not (out := proc.run([*argv, str(self.node_dir), NODE_SCENARIO], 60)).ok:
+            raise OSError(f"installing {NODE_SCENARIO} in {self.node_dir}: {out.describe()}")
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -16,7 +16,7 @@ Saved position: :mod:`.position` (``<state_dir>/health/kernlog-position.json``, 
 in a root-owned, private directory); the engine advances it only after a hook's run that
 read the log finished. API for the hooks: :func:`..seams.current_position` at job start, then
 ``check_node(..., since_position=pos)`` in the epilog. Which source a node reads (this
-kernel's, or a simulated node's :class:`..klogfile.FileSource`) is chosen in :mod:`..seams`.
+kernel's, or a simulated node's from the lab) is chosen in :mod:`..seams`.
 """
 
 from __future__ import annotations

@@ -32,13 +32,14 @@ def main() -> None:
     \b
     With the lab installed (resilient-slurm-lab: tests, demo and trials on one machine):
       sandbox   a real multi-node Slurm cluster on this host
+      hardware  simulated nodes: the scenarios, installing one in a node directory
     """
 
 
 # The entry-point group other distributions register extra commands in (name = module:command).
 COMMANDS_GROUP = "resilient_slurm.commands"
 # Commands the lab provides: named with the distribution to install when it is absent.
-LAB_COMMANDS = {"sandbox": "resilient-slurm-lab"}
+LAB_COMMANDS = {"sandbox": "resilient-slurm-lab", "hardware": "resilient-slurm-lab"}
 
 
 def _missing(name: str, dist: str) -> click.Command:

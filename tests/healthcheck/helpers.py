@@ -11,6 +11,7 @@ from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck.gpu import GpuInfo, GpuSnapshot
 from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord
 from resilient_slurm.healthcheck.policy import load_policy
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 
 def make_config(tmp: str, text: str = "", **health: Any) -> Config:
@@ -21,6 +22,19 @@ def make_config(tmp: str, text: str = "", **health: Any) -> Config:
         fh.write(f'state_dir = "{os.path.join(tmp, "state")}"\n')
         fh.write(text)
     return load_config(path, env={}, overrides={"health": health} if health else None)
+
+
+def on_nodes(request: Any, nodes_dir: str) -> ScenarioHardware:
+    """Every run of this test in this process (``check_node``, ``seams``, the CLI invoked
+    in-process) on the simulated nodes ``<nodes_dir>/<node>/scenario.toml`` (installed with
+    ``install_scenario``), as a hook's entry point given the lab's hardware runs."""
+    from resilient_slurm.healthcheck import seams
+
+    hardware = ScenarioHardware(os.path.join(nodes_dir, "{node}", "scenario.toml"))
+    plugged = seams.using(hardware)
+    plugged.__enter__()
+    request.addfinalizer(lambda: plugged.__exit__(None, None, None))
+    return hardware
 
 
 def write_scenario(directory: str, name: str, body: str, base: str = "healthy-p5") -> str:

@@ -14,6 +14,7 @@ from resilient_slurm.healthcheck.config import HealthConfig, ProfileSpec
 from resilient_slurm.healthcheck.profiles import shipped_profiles
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.proc import Outcome
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import P5, by_check, make_config, snap, write_scenario
 
@@ -114,7 +115,8 @@ def test_a_profile_naming_an_unknown_nvml_field_is_a_config_error(tmp_path):
 
     cfg = make_config(str(tmp_path), '[health.profiles.x]\nnvml_required = ["ecc", "eec"]\n')
     with pytest.raises(ConfigError, match="eec"):
-        check_node(cfg, simulate="healthy-p5", node="n", profile="x", only=["ecc"])
+        check_node(cfg, hardware=ScenarioHardware("healthy-p5"), node="n", profile="x",
+                   only=["ecc"])
 
 
 # -- the fabric manager / IMEX services -------------------------------------------------------
@@ -158,7 +160,7 @@ def test_fabric_services_through_the_real_runner(tmp_path, scenario_body, profil
     'profile has no NVSwitch fabric'); no check looked at the service on any profile."""
     cfg = make_config(str(tmp_path), tool_timeout_s=0.5, watchdog_s=3.0)
     scen = write_scenario(str(tmp_path), "s", scenario_body)
-    report = check_node(cfg, simulate=scen, node="n", profile=profile)
+    report = check_node(cfg, hardware=ScenarioHardware(scen), node="n", profile=profile)
     (r,) = by_check(report, "fabric_manager")
     assert r.status == status and r.code.startswith(code), r
     if status != "ok":
@@ -179,7 +181,7 @@ efa = 4
 [tools.systemctl]
 fabricmanager = "inactive"
 ''')
-    report = check_node(cfg, simulate=scen, node="n", profile="p4d.24xlarge")
+    report = check_node(cfg, hardware=ScenarioHardware(scen), node="n", profile="p4d.24xlarge")
     assert report.status == "fail"
     assert ("fabric_manager", "fail") in {(r.check, r.status) for r in report.results}
     (fabric,) = by_check(report, "fabric")

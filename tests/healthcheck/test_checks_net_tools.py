@@ -11,8 +11,8 @@ from resilient_slurm import proc
 from resilient_slurm.healthcheck import checks_net as cn
 from resilient_slurm.healthcheck import tools
 from resilient_slurm.healthcheck.config import ProfileSpec
-from resilient_slurm.healthcheck.fakes import write_sysfs
 from resilient_slurm.healthcheck.sysfs import nvidia_pci_devices, read_rdma
+from resilient_slurm_lab.hardware.fakes import write_sysfs
 
 P5 = ProfileSpec(gpus=8, efa=32, efa_min_rate_gbps=100, require_dcgm=True, require_fi_info=True)
 IB = ProfileSpec(gpus=8, ib_ports=8, ib_min_rate_gbps=200)

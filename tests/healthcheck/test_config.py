@@ -20,16 +20,16 @@ def test_defaults_without_file(tmp_path):
     c = load_config(write(tmp_path, ""), env={})
     assert isinstance(c.health, HealthConfig)
     assert c.health.state_dir == "/var/lib/resilient-slurm"
-    assert c.health.simulate == ""  # simulation is never on by default
+    assert not hasattr(c.health, "simulate")  # hardware is never chosen by the config
 
 
 def test_precedence_defaults_file_env_flags(tmp_path):
-    path = write(tmp_path, "[health]\nwatchdog_s = 30\nsimulate = 'from-file'\n"
+    path = write(tmp_path, "[health]\nwatchdog_s = 30\ntool_timeout_s = 3\n"
                            "temperature_warn_c = 80\n")
-    env = {"RESILIENT_SLURM_HEALTH_SIMULATE": "from-env", "RESILIENT_SLURM_HEALTH_WATCHDOG_S": "20"}
+    env = {"RESILIENT_SLURM_HEALTH_TOOL_TIMEOUT_S": "4", "RESILIENT_SLURM_HEALTH_WATCHDOG_S": "20"}
     c = load_config(path, env=env, overrides={"health": {"watchdog_s": 10.0}})
     assert c.health.watchdog_s == 10.0  # flag beats env beats file
-    assert c.health.simulate == "from-env"
+    assert c.health.tool_timeout_s == 4.0
     assert c.health.temperature_warn_c == 80.0  # file beats default
     assert c.health.nvml_timeout_s == HealthConfig().nvml_timeout_s
     assert c.source == path

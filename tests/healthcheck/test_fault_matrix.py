@@ -14,6 +14,7 @@ from resilient_slurm.healthcheck import tools
 from resilient_slurm.healthcheck.engine import CHECKS
 from resilient_slurm.healthcheck.model import worst
 from resilient_slurm.healthcheck.seams import check_node
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import by_check, make_config, write_scenario
 
@@ -139,7 +140,7 @@ def test_fault_matrix(tmp_path, monkeypatch, capsys, mode):
             with monkeypatch.context() as m:
                 if cell.storage:
                     m.setattr(tools, "storage_argv", cell.storage)
-                report = check_node(cfg, simulate=scen, node="fm", only=[check],
+                report = check_node(cfg, hardware=ScenarioHardware(scen), node="fm", only=[check],
                                     profile=cell.profile if mode == "profile" else None)
             results = by_check(report, check)
             if mode == "auto":

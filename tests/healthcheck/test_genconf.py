@@ -14,8 +14,9 @@ from resilient_slurm.config import load_config, tomllib
 from resilient_slurm.healthcheck.genconf import FLOOR_KEYS, observe, render
 from resilient_slurm.healthcheck.profiles import shipped_profiles
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import Scenario, scenario_path
 from resilient_slurm.hooks.health_cli import main
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import Scenario, scenario_path
 
 from .helpers import by_check, write_scenario
 
@@ -60,9 +61,10 @@ def test_profile_round_trip_with_check(tmp_path) -> None:
     path = tmp_path / "site.toml"
     path.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\n" + frag)
     config = load_config(str(path), env={})
-    ok = check_node(config, simulate="healthy-p5", profile="site-p5", node="n1")
+    ok = check_node(config, hardware=ScenarioHardware("healthy-p5"), profile="site-p5", node="n1")
     assert ok.exit_code == 0, [r.to_json() for r in ok.results if r.status != "ok"]
-    bad = check_node(config, simulate="efa-port-down", profile="site-p5", node="n1")
+    bad = check_node(config, hardware=ScenarioHardware("efa-port-down"), profile="site-p5",
+                     node="n1")
     assert bad.exit_code == 1
     assert by_check(bad, "efa")[0].code == "EFA_PORT_DOWN"
 

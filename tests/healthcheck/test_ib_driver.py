@@ -18,6 +18,7 @@ from resilient_slurm.healthcheck.klog.rdma import parse_rdma
 from resilient_slurm.healthcheck.klog.sources import parse_line
 from resilient_slurm.healthcheck.policy import efa_rules
 from resilient_slurm.healthcheck.seams import check_node
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import by_check, ctx, make_config, read
 
@@ -112,7 +113,7 @@ def test_a_flood_of_noise_never_stands_for_the_fatal_line():
 ])
 def test_rdma_driver_scenarios(tmp_path, name, code, checks):
     cfg = make_config(str(tmp_path), nvml_timeout_s=2.0, watchdog_s=10.0)
-    report = check_node(cfg, simulate=name, node="sim1")
+    report = check_node(cfg, hardware=ScenarioHardware(name), node="sim1")
     assert report.exit_code == code, [r.to_json() for r in report.results if r.status != "ok"]
     bad = {(r.check, r.code) for r in report.results if r.status != "ok"}
     assert set(checks) == bad

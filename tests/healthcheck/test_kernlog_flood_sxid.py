@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.config import HealthConfig
 from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord, safe_read
-from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.policy import load_policy
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.klogfile import FileSource
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from .helpers import by_check, make_config
 
@@ -79,13 +80,13 @@ def test_a_fatal_event_is_found_in_any_flood(size, kinds, where, check):
 
 def test_a_flood_then_a_fatal_xid_in_a_streamed_log(tmp_path):
     """The file reader (installed nodes) keeps a tally, not the first 10,000 lines."""
-    cfg = make_config(str(tmp_path), simulate=str(tmp_path / "nodes" / "{node}" /
-                                                    "scenario.toml"), nvml_timeout_s=1.0)
+    cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
+    nodes = ScenarioHardware(str(tmp_path / "nodes" / "{node}" / "scenario.toml"))
     node = str(tmp_path / "nodes" / "n1")
     install_scenario(node, "clear")
     with open(os.path.join(node, "kernel.log"), "a") as fh:
         fh.write("\n".join(flood(30_000, [0, 1])) + "\n" + FATAL["xid"][0] + "\n")
-    report = check_node(cfg, node="n1", only=["xid"])
+    report = check_node(cfg, hardware=nodes, node="n1", only=["xid"])
     codes = {r.code: r for r in by_check(report, "xid")}
     assert codes["XID79"].status == "fail" and codes["XID79"].hold
     assert "KLOG_FLOOD" not in codes
@@ -94,7 +95,7 @@ def test_a_flood_then_a_fatal_xid_in_a_streamed_log(tmp_path):
 
 def test_flood_then_fatal_scenario(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
-    report = check_node(cfg, simulate="flood-then-fatal", node="n1", only=["xid"])
+    report = check_node(cfg, hardware=ScenarioHardware("flood-then-fatal"), node="n1", only=["xid"])
     (r,) = [r for r in by_check(report, "xid") if r.code == "XID79"]
     assert (r.status, r.device, r.hold) == ("fail", "gpu3", True)
     assert report.exit_code == 1

@@ -21,6 +21,7 @@ from resilient_slurm.healthcheck.klog.parse import journal_record, kmsg_record, 
 from resilient_slurm.healthcheck.klog.sources import LogRead, LogRecord, parse_line
 from resilient_slurm.healthcheck.policy import efa_rules, load_policy
 from resilient_slurm.healthcheck.seams import check_node
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import by_check, make_config
 
@@ -207,7 +208,7 @@ def test_forged_lines_that_the_old_reader_took_for_xids():
 
 def test_forged_xid_scenario_is_healthy(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
-    report = check_node(cfg, simulate="forged-xid", node="n1")
+    report = check_node(cfg, hardware=ScenarioHardware("forged-xid"), node="n1")
     assert report.exit_code == 0, [r.to_json() for r in report.results if r.status != "ok"]
     for check in ("xid", "sxid", "efa_driver", "ib_driver"):
         assert [r.status for r in by_check(report, check)] == ["ok"], check

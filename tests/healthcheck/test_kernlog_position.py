@@ -11,16 +11,17 @@ import pytest
 from resilient_slurm.healthcheck import seams
 from resilient_slurm.healthcheck.klog import sources
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
-from .helpers import by_check, make_config, write_scenario
+from .helpers import by_check, make_config, on_nodes, write_scenario
 
 
 @pytest.fixture()
-def node(tmp_path):
+def node(tmp_path, request):
     nodes = tmp_path / "nodes"
-    cfg = make_config(str(tmp_path), simulate=str(nodes / "{node}" / "scenario.toml"),
-                      nvml_timeout_s=1.0, tool_timeout_s=2.0)
+    on_nodes(request, str(nodes))
+    cfg = make_config(str(tmp_path), nvml_timeout_s=1.0, tool_timeout_s=2.0)
     node_dir = str(nodes / "n1")
     install_scenario(node_dir, "healthy-p5")
     return cfg, node_dir
@@ -98,7 +99,8 @@ def test_since_position_for_the_epilog(node):
 def test_shipped_scenario_without_node_dir_has_no_memory(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=1.0)
     for _ in range(2):
-        assert xids(check_node(cfg, simulate="xid79", node="x", only=["xid"])) == [
+        assert xids(check_node(cfg, hardware=ScenarioHardware("xid79"), node="x",
+                               only=["xid"])) == [
             ("XID79", "gpu3")]
     assert not os.path.exists(tmp_path / "state" / "health" / "kernlog-position.json")
 

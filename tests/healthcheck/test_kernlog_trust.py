@@ -22,19 +22,19 @@ from hypothesis import strategies as st
 from resilient_slurm.healthcheck.klog import sources
 from resilient_slurm.healthcheck.klog.position import plausible
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks.health_cli import main as health_cli
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
-from .helpers import by_check, make_config
+from .helpers import by_check, make_config, on_nodes
 
 XID79 = ("[86390.1] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, "
          "GPU has fallen off the bus.")
 
 
-def make_node(tmp_path, name: str = "n1"):
+def make_node(tmp_path, request, name: str = "n1"):
     nodes = tmp_path / "nodes"
-    cfg_text = f'simulate = "{nodes}/{{node}}/scenario.toml"\nnvml_timeout_s = 1.0\n'
-    cfg = make_config(str(tmp_path), cfg_text)
+    on_nodes(request, str(nodes))
+    cfg = make_config(str(tmp_path), "nvml_timeout_s = 1.0\n")
     node = str(nodes / name)
     install_scenario(node, "clear")
     return cfg, node, str(tmp_path / "config.toml")
@@ -65,8 +65,8 @@ def plant_position_at_end(health_dir: str, node: str) -> None:
 # -- item 3: the directory ----------------------------------------------------------------
 
 @pytest.mark.parametrize("attack", ["other_owner", "symlink", "group_writable"])
-def test_a_planted_position_never_hides_a_fatal_xid(tmp_path, attack):
-    cfg, node, _ = make_node(tmp_path)
+def test_a_planted_position_never_hides_a_fatal_xid(tmp_path, attack, request):
+    cfg, node, _ = make_node(tmp_path, request)
     assert xid_codes(check_node(cfg, node="n1", only=["xid"])) == ["OK"]
     log_xid(node)
     health = os.path.join(node, "state", "health")
@@ -91,8 +91,8 @@ def test_a_planted_position_never_hides_a_fatal_xid(tmp_path, attack):
     assert report.exit_code == 1
 
 
-def test_an_untrusted_file_in_a_trusted_dir_is_not_read(tmp_path):
-    cfg, node, _ = make_node(tmp_path)
+def test_an_untrusted_file_in_a_trusted_dir_is_not_read(tmp_path, request):
+    cfg, node, _ = make_node(tmp_path, request)
     check_node(cfg, node="n1", only=["xid"])
     log_xid(node)
     real = str(tmp_path / "elsewhere.json")
@@ -121,10 +121,10 @@ content = st.one_of(
 @given(content)
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_no_corrupt_position_hides_an_xid_and_the_next_run_heals(tmp_path, data):
+def test_no_corrupt_position_hides_an_xid_and_the_next_run_heals(tmp_path, request, data):
     base = tmp_path / os.urandom(4).hex()
     base.mkdir()
-    cfg, node, _ = make_node(base)
+    cfg, node, _ = make_node(base, request)
     check_node(cfg, node="n1", only=["xid"])
     log_xid(node)
     with open(position_file(node), "wb") as fh:
@@ -149,8 +149,8 @@ def test_kmsg_position_past_the_end_of_the_boot_is_not_trusted():
 
 # -- item 4: a manual check is read-only ----------------------------------------------------
 
-def test_manual_check_does_not_move_the_hooks_position(tmp_path):
-    cfg, node, config_path = make_node(tmp_path)
+def test_manual_check_does_not_move_the_hooks_position(tmp_path, request):
+    cfg, node, config_path = make_node(tmp_path, request)
     check_node(cfg, node="n1", only=["xid"])  # a hook's run: position at the end
     log_xid(node)
     argv = ["check", "--config", config_path, "--node", "n1", "--only", "xid", "--json"]
@@ -233,8 +233,8 @@ def test_journal_read_cut_by_its_timeout_keeps_what_it_read(tmp_path):
     assert read.position and read.position["cursor"] == "s=abc;i=3"  # go on from here
 
 
-def test_a_read_error_then_a_good_read_saves_the_position(tmp_path):
-    cfg, node, _ = make_node(tmp_path)
+def test_a_read_error_then_a_good_read_saves_the_position(tmp_path, request):
+    cfg, node, _ = make_node(tmp_path, request)
     check_node(cfg, node="n1", only=["xid"])
     log_xid(node)
     os.chmod(os.path.join(node, "kernel.log"), 0o000)

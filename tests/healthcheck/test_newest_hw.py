@@ -16,6 +16,7 @@ from resilient_slurm.healthcheck.gpu import GpuSnapshot
 from resilient_slurm.healthcheck.policy import ACTION_RANK, RECOVERY_ACTIONS, load_policy
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.healthcheck.xid.decode import action_for_154, line_rule
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import P5, by_check, make_config, snap
 
@@ -46,7 +47,7 @@ def test_b200_under_the_p5_profile_judges_nvlink5_by_the_blackwell_column(tmp_pa
     """Was: the fatal NVLink5 Xid was judged by the profile's Hopper column (not listed there:
     ``unknown``), and nothing said the profile was wrong for the node."""
     cfg = make_config(str(tmp_path), nvml_timeout_s=2.0, watchdog_s=10.0)
-    report = check_node(cfg, simulate="b200-under-p5", node="sim1")
+    report = check_node(cfg, hardware=ScenarioHardware("b200-under-p5"), node="sim1")
     (x,) = by_check(report, "xid")
     assert (x.status, x.code, x.device, x.action) == ("fail", "XID145", "gpu0", "reset_gpu")
     assert "[policy blackwell:" in x.evidence and "144-150 decode" in x.evidence
@@ -113,7 +114,8 @@ def test_xid74_register_bits_the_catalog_calls_ignorable_are_ignored(regs, actio
 
 def test_xid74_ignorable_scenario_keeps_the_fatal_gpu_and_ignores_the_other(tmp_path):
     cfg = make_config(str(tmp_path), nvml_timeout_s=2.0, watchdog_s=10.0)
-    report = check_node(cfg, simulate="xid74-ignorable", node="sim1", only=["xid"])
+    report = check_node(cfg, hardware=ScenarioHardware("xid74-ignorable"), node="sim1",
+                        only=["xid"])
     (r,) = [r for r in by_check(report, "xid") if r.status != "ok"]
     assert (r.status, r.code, r.device, r.action) == ("fail", "XID74", "gpu5", "reset_gpu")
     assert not [x for x in report.results if x.device == "gpu1"]

@@ -7,7 +7,8 @@ import pytest
 from resilient_slurm.config import ConfigError
 from resilient_slurm.healthcheck.engine import CHECK_SETS, CHECKS
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import shipped_scenarios
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import shipped_scenarios
 
 from .helpers import by_check, make_config
 
@@ -53,7 +54,7 @@ def test_every_listed_scenario_is_shipped():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_shipped_scenario_verdict(name, fast_config):
     code, must = EXPECTED[name]
-    report = check_node(fast_config, simulate=name, node="sim1")
+    report = check_node(fast_config, hardware=ScenarioHardware(name), node="sim1")
     assert report.simulated is True
     assert report.exit_code == code, [r.to_json() for r in report.results if r.status != "ok"]
     bad = {(r.check, r.code, r.device) for r in report.results if r.status != "ok"}
@@ -68,7 +69,8 @@ def test_shipped_scenario_verdict(name, fast_config):
 def test_dcgmi_missing_when_diag_runs(fast_config):
     # The prolog set holds no diagnostic (issue 12 item 12); run on demand, a missing dcgmi
     # is still unknown.
-    report = check_node(fast_config, check_set="prolog", simulate="dcgmi-missing", node="s",
+    report = check_node(fast_config, check_set="prolog",
+                        hardware=ScenarioHardware("dcgmi-missing"), node="s",
                         only=["dcgm_diag"])
     (r,) = by_check(report, "dcgm_diag")
     assert (r.status, r.code) == ("unknown", "DCGMI_MISSING")
@@ -84,7 +86,8 @@ def test_check_sets_are_known_checks():
 
 def test_only_and_kill_switch(tmp_path):
     cfg = make_config(str(tmp_path), "[health.checks.ecc]\nenabled = false\n")
-    report = check_node(cfg, simulate="ecc-uncorrectable", only=["ecc", "row_remap"], node="s")
+    report = check_node(cfg, hardware=ScenarioHardware("ecc-uncorrectable"), only=["ecc",
+                        "row_remap"], node="s")
     assert {r.check for r in report.results} == {"profile", "ecc", "row_remap"}
     (ecc,) = by_check(report, "ecc")
     assert ecc.code == "DISABLED"
@@ -93,23 +96,25 @@ def test_only_and_kill_switch(tmp_path):
 
 def test_bad_names_raise_config_error(fast_config, tmp_path):
     with pytest.raises(ConfigError, match="--only"):
-        check_node(fast_config, simulate="healthy-p5", only=["nope"])
+        check_node(fast_config, hardware=ScenarioHardware("healthy-p5"), only=["nope"])
     with pytest.raises(ConfigError, match="no shipped scenario"):
-        check_node(fast_config, simulate="no-such-scenario")
+        check_node(fast_config, hardware=ScenarioHardware("no-such-scenario"))
     with pytest.raises(ConfigError, match="--profile"):
-        check_node(fast_config, simulate="healthy-p5", profile="p99")
+        check_node(fast_config, hardware=ScenarioHardware("healthy-p5"), profile="p99")
     cfg = make_config(str(tmp_path), "[health.checks.bogus]\nenabled = false\n")
     with pytest.raises(ConfigError, match="health.checks.bogus"):
-        check_node(cfg, simulate="healthy-p5")
+        check_node(cfg, hardware=ScenarioHardware("healthy-p5"))
 
 
 def test_profile_selection(tmp_path):
     cfg = make_config(str(tmp_path), '[health.profile_patterns]\n"gpu-*" = "p4d.24xlarge"\n')
-    assert check_node(cfg, simulate="healthy-p5", node="gpu-1", only=["efa"]).profile == \
-        "p4d.24xlarge"
-    r = check_node(cfg, simulate="healthy-p5", node="queue-st-p548xlarge-3", only=["efa"])
+    assert check_node(cfg, hardware=ScenarioHardware("healthy-p5"), node="gpu-1",
+                      only=["efa"]).profile == "p4d.24xlarge"
+    r = check_node(cfg, hardware=ScenarioHardware("healthy-p5"), node="queue-st-p548xlarge-3",
+                   only=["efa"])
     assert r.profile == "p5.48xlarge"
-    r = check_node(cfg, simulate="healthy-p5", node="x", only=["efa"], profile="ib-8gpu")
+    r = check_node(cfg, hardware=ScenarioHardware("healthy-p5"), node="x", only=["efa"],
+                   profile="ib-8gpu")
     assert r.profile == "ib-8gpu"
 
 
@@ -117,22 +122,25 @@ def test_auto_profile_is_reported(tmp_path, monkeypatch):
     cfg = make_config(str(tmp_path))
     scen = tmp_path / "s.toml"
     scen.write_text('base = "healthy-p5"\nprofile = ""\n')
-    report = check_node(cfg, simulate=str(scen), node="plain", only=["gpu_count"])
+    report = check_node(cfg, hardware=ScenarioHardware(str(scen)), node="plain", only=["gpu_count"])
     (p,) = by_check(report, "profile")
     # Issue 12 item 6: an unmatched node is unknown (drained) unless the admin chose that.
     assert (p.status, p.code) == ("unknown", "PROFILE_UNMATCHED")
     assert report.exit_code == 3
     allowed = make_config(str(tmp_path), "allow_unmatched_profile = true\n")
-    report = check_node(allowed, simulate=str(scen), node="plain", only=["gpu_count"])
+    report = check_node(allowed, hardware=ScenarioHardware(str(scen)), node="plain",
+                        only=["gpu_count"])
     (p,) = by_check(report, "profile")
     assert (p.status, p.code) == ("warn", "PROFILE_AUTO")
 
 
 def test_gpu_scope(fast_config):
-    report = check_node(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+    report = check_node(fast_config, check_set="prolog",
+                        hardware=ScenarioHardware("ecc-uncorrectable"),
                         node="s", gpu_indices=[0, 1])
     assert [r.status for r in by_check(report, "ecc")] == ["ok"]
-    report = check_node(fast_config, check_set="prolog", simulate="ecc-uncorrectable",
+    report = check_node(fast_config, check_set="prolog",
+                        hardware=ScenarioHardware("ecc-uncorrectable"),
                         node="s", gpu_indices=[5])
     assert [r.code for r in by_check(report, "ecc")] == ["ECC_DBE"]
 
@@ -150,7 +158,8 @@ def test_real_path_without_gpu_fails_closed(tmp_path):
 
 
 def test_gpu_index_out_of_range_is_not_ok(fast_config):
-    report = check_node(fast_config, check_set="prolog", simulate="healthy-p5", node="s",
+    report = check_node(fast_config, check_set="prolog", hardware=ScenarioHardware("healthy-p5"),
+                        node="s",
                         gpu_indices=[9])
     assert report.exit_code == 3
 
@@ -159,7 +168,7 @@ def test_bad_scenario_data_is_a_config_error(fast_config, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "healthy-p5"\n[rdma]\nefa = "lots"\n')
     with pytest.raises(ConfigError, match="simulate"):
-        check_node(fast_config, simulate=str(bad), node="s")
+        check_node(fast_config, hardware=ScenarioHardware(str(bad)), node="s")
     bad.write_text("not toml [")
     with pytest.raises(ConfigError, match="simulate"):
-        check_node(fast_config, simulate=str(bad), node="s")
+        check_node(fast_config, hardware=ScenarioHardware(str(bad)), node="s")

@@ -1,5 +1,6 @@
-"""Real or simulated is decided once (issue 27 item 1): :func:`seams.seams_for` chooses, the
-engine takes the seams it built and never imports the scenario code or the fakes."""
+"""Real or simulated is decided once (issue 27 item 1): :func:`seams.seams_for` builds the seams
+on the hardware it is given (this machine's unless a caller plugs the lab's in), the engine
+takes them and never imports simulated hardware."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import sys
 from pathlib import Path
 
 from resilient_slurm.healthcheck.seams import check_node, seams_for
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import make_config, write_scenario
 
-SCENARIO_CODE = ("resilient_slurm.healthcheck.simulate", "resilient_slurm.healthcheck.fakes")
+SCENARIO_CODE = ("resilient_slurm_lab", "resilient_slurm_lab.hardware.simulate",
+                 "resilient_slurm_lab.hardware.fakes")
 
 
 def _imported_after(statement: str) -> set[str]:
@@ -28,7 +31,7 @@ def test_the_engine_and_the_real_seams_import_no_scenario_code() -> None:
     assert _imported_after(
         "from resilient_slurm.config import load_config\n"
         "from resilient_slurm.healthcheck.seams import seams_for\n"
-        "s = seams_for(load_config(env={}), 'n1', '')\n"
+        "s = seams_for(load_config(env={}), 'n1')\n"
         "assert not s.simulated and type(s.gpu).__name__ == 'NvmlBackend', s") == set()
 
 
@@ -36,7 +39,7 @@ def test_a_scenario_is_chosen_by_seams_for_with_its_site_settings(tmp_path: Path
     path = write_scenario(str(tmp_path), "site", 'profile = "p5.48xlarge"\n'
                           "[site.health]\nwatchdog_s = 17\n")
     cfg = make_config(str(tmp_path))
-    seams = seams_for(cfg, "n1", path)
+    seams = seams_for(cfg, "n1", ScenarioHardware(path))
     assert seams.simulated and seams.profile == "p5.48xlarge"
     assert type(seams.gpu).__name__ == "FakeNvml"
     assert seams.config.health.watchdog_s == 17 and cfg.health.watchdog_s != 17
@@ -45,13 +48,14 @@ def test_a_scenario_is_chosen_by_seams_for_with_its_site_settings(tmp_path: Path
 
 
 def test_a_set_up_failure_is_every_check_unknown(tmp_path: Path, monkeypatch) -> None:
-    from resilient_slurm.healthcheck import simulate
+    from resilient_slurm_lab.hardware import simulate
 
     def no_space(self: simulate.Scenario) -> tuple[str, str]:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(simulate.Scenario, "materialize", no_space)
-    report = check_node(make_config(str(tmp_path)), simulate="healthy-p5", node="n1")
+    report = check_node(make_config(str(tmp_path)), hardware=ScenarioHardware("healthy-p5"),
+                        node="n1")
     checks = [r for r in report.results if r.check != "profile"]
     assert checks and {r.code for r in checks} == {"SETUP_ERROR"}
     assert {r.status for r in checks} == {"unknown"}
@@ -61,8 +65,8 @@ def test_a_set_up_failure_is_every_check_unknown(tmp_path: Path, monkeypatch) ->
 def test_genconf_says_a_set_up_failure(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from resilient_slurm.healthcheck import simulate
     from resilient_slurm.hooks.health_cli import main
+    from resilient_slurm_lab.hardware import simulate
 
     def no_space(self: simulate.Scenario) -> tuple[str, str]:
         raise OSError(28, "No space left on device")
@@ -72,3 +76,15 @@ def test_genconf_says_a_set_up_failure(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "none.toml").write_text("")
     res = CliRunner().invoke(main, ["genconf", "--simulate", "healthy-p5", "--node", "n1"])
     assert res.exit_code == 2 and "No space left on device" in res.output, res.output
+
+
+def test_the_hooks_run_on_the_hardware_their_caller_passes(tmp_path: Path) -> None:
+    """A hook's entry point takes hardware from its caller only; without one, the run is on
+    this machine whatever the config says."""
+    from resilient_slurm.healthcheck import seams
+
+    hw = ScenarioHardware("healthy-p5")
+    with seams.using(hw):
+        assert seams.current() is hw
+        assert seams_for(make_config(str(tmp_path)), "n1").simulated
+    assert seams.current() is seams.REAL

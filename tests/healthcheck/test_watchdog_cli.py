@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from resilient_slurm.healthcheck.seams import check_node
 from resilient_slurm.hooks.health_cli import main
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 
 from .helpers import by_check, make_config, write_scenario
 
@@ -67,7 +68,7 @@ def test_watchdog_bounds_run_checks(tmp_path, monkeypatch):
     watcher = threading.Thread(target=_watch_sleepers, args=(mark, seen, stop), daemon=True)
     watcher.start()
     t0 = time.monotonic()
-    report = check_node(cfg, simulate=scen, node="w")
+    report = check_node(cfg, hardware=ScenarioHardware(scen), node="w")
     took = time.monotonic() - t0
     stop.set()
     watcher.join()
@@ -183,28 +184,44 @@ def test_cli_usage_errors_exit_2(cfgfile):
     assert res.exit_code == 2 and "SLURMD_NODENAME" in res.output
 
 
-def test_cli_simulate_from_config_with_node(tmp_path):
-    from resilient_slurm.healthcheck.simulate import install_scenario
+def test_the_lab_runs_resilient_health_on_a_simulated_node(tmp_path):
+    """The config cannot choose the hardware (an unknown key); the lab's ``resilient-health``
+    runs on the node's scenario, ``{node}`` from SLURMD_NODENAME."""
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     install_scenario(str(tmp_path / "nodes" / "node2"), "efa-missing")
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\n"
-                   f"simulate = '{tmp_path}/nodes/{{node}}/scenario.toml'\n")
-    res = run_cli("check", "--config", str(cfg), "--only", "efa", env={"SLURMD_NODENAME": "node2"})
-    assert res.exit_code == 1 and "EFA_COUNT" in res.output and "SIMULATED" in res.output
+    cfg.write_text(f"[health]\nstate_dir = '{tmp_path}/state'\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(cfg.read_text() + f"simulate = '{tmp_path}/nodes/{{node}}/scenario.toml'\n")
+    res = run_cli("check", "--config", str(bad), "--only", "efa")
+    assert res.exit_code == 2 and "health.simulate" in res.output, res.output
+    done = subprocess.run(
+        [sys.executable, "-m", "resilient_slurm_lab.hardware.health", "--scenario",
+         f"{tmp_path}/nodes/{{node}}/scenario.toml", "check", "--config", str(cfg), "--only",
+         "efa"], env={**os.environ, "SLURMD_NODENAME": "node2"}, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "EFA_COUNT" in done.stdout and "SIMULATED" in done.stdout
 
 
-def test_install_scenario_command(tmp_path):
-    res = run_cli("install-scenario", str(tmp_path / "n"), "clear")
+def test_the_labs_scenario_commands(tmp_path):
+    from resilient_slurm_lab.hardware.cli import hardware
+
+    res = CliRunner().invoke(hardware, ["install", str(tmp_path / "n"), "clear"])
     assert res.exit_code == 0 and res.output.strip().endswith("scenario.toml")
-    assert "healthy-p5" in run_cli("scenarios").output
+    assert "healthy-p5" in CliRunner().invoke(hardware, ["scenarios"]).output
+    res = CliRunner().invoke(hardware, ["install", str(tmp_path / "n"), "no-such"])
+    assert res.exit_code == 2 and "no shipped scenario" in res.output
 
 
 def test_no_torch_and_lazy_pynvml():
     code = ("import sys, resilient_slurm.hooks.health_cli, resilient_slurm.healthcheck.engine\n"
             "from resilient_slurm.config import load_config\n"
             "from resilient_slurm.healthcheck.seams import check_node\n"
-            "check_node(load_config('/dev/null', env={}), simulate='healthy-p5', node='x')\n"
+            "from resilient_slurm_lab.hardware.plugin import ScenarioHardware\n"
+            "check_node(load_config('/dev/null', env={}), hardware=ScenarioHardware('healthy-p5'),"
+            " node='x')\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pynvml')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

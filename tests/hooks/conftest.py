@@ -9,7 +9,7 @@ import time
 import uuid
 
 from resilient_slurm.events import read_events
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.simulate import install_scenario
 from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL
 
 from ..conftest import wait_until
@@ -86,7 +86,9 @@ def submit(slurm, sandbox, tmp_path, body: str, *opts: str) -> int:
 
 
 def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
-    """A hook config for node n1 on simulated hardware, Slurm pointed at nothing."""
+    """A hook config for node n1, Slurm pointed at nothing; the node's simulated hardware is
+    ``<root>/nodes/n1/scenario.toml``, beside its ``[health] state_dir`` (the lab's hooks,
+    :func:`run_hook`, read it there)."""
     root = tmp_path / "root"
     root.mkdir(mode=0o755, exist_ok=True)
     os.chmod(root, 0o755)
@@ -105,7 +107,6 @@ def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
         + extra +
         "[health]\n"
         f'state_dir = "{root}/nodes/{{node}}/health"\n'
-        f'simulate = "{root}/nodes/{{node}}/scenario.toml"\n'
         'profile = "p5.48xlarge"\nwatchdog_s = 10\ntool_timeout_s = 5\nnvml_timeout_s = 5\n')
     os.chmod(path, 0o644)
     return str(path)
@@ -113,10 +114,11 @@ def hook_config(tmp_path, extra: str = "", verdicts: bool = False) -> str:
 
 def run_hook(module: str, config: str, env: dict[str, str] | None = None,
              timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """A hook as slurmd runs it: root, a bare environment, ``python -I``."""
-    func = {"prolog": "resilient_slurm.prolog.hook:prolog_main",
-            "epilog": "resilient_slurm.epilog.hook:epilog_main",
-            "health": "resilient_slurm.hooks.health:health_main"}[module]
+    """A hook as the sandbox's slurmd runs it: root, a bare environment, ``python -I``; the
+    product's hook through the lab's wrapper, on the node's simulated hardware."""
+    func = {"prolog": "resilient_slurm_lab.hardware.hooks:prolog_main",
+            "epilog": "resilient_slurm_lab.hardware.hooks:epilog_main",
+            "health": "resilient_slurm_lab.hardware.hooks:health_main"}[module]
     mod, fn = func.split(":")
     code = f"import sys; from {mod} import {fn}; sys.exit({fn}(['--config', {config!r}]))"
     base = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}

@@ -7,7 +7,8 @@ epilog are the real ones.
 from __future__ import annotations
 
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from ..healthcheck.helpers import make_config, write_scenario
 from .conftest import hook_config, run_hook
@@ -28,8 +29,9 @@ def _diag_calls(log: str) -> list[list[str]]:
 def test_engine_passes_the_scoped_gpus_to_dcgmi_diag(tmp_path):
     scen, log = _recording(tmp_path)
     cfg = make_config(str(tmp_path), dcgm_diag_level=1)
-    check_node(cfg, simulate=scen, node="n1", only=["dcgm_diag"], gpu_indices=[4, 5])
-    check_node(cfg, simulate=scen, node="n1", only=["dcgm_diag"])
+    check_node(cfg, hardware=ScenarioHardware(scen), node="n1", only=["dcgm_diag"], gpu_indices=[4,
+               5])
+    check_node(cfg, hardware=ScenarioHardware(scen), node="n1", only=["dcgm_diag"])
     scoped, unscoped = _diag_calls(log)
     assert scoped[scoped.index("-i") + 1] == "4,5" and scoped[scoped.index("-r") + 1] == "1"
     assert "-i" not in unscoped  # the health program's run: every GPU

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
 from resilient_slurm_lab.sandbox.lifecycle import HEALTH_INTERVAL
 
 from ..conftest import wait_until
@@ -32,7 +33,8 @@ def _watcher_reason() -> str:
 
     config = load_config("/dev/null", env={})
     hs = runner.hooks_cfg(config)
-    rep = check_node(config, simulate="xid79", node="node1", profile="p5.48xlarge",
+    rep = check_node(config, hardware=ScenarioHardware("xid79"), node="node1",
+                     profile="p5.48xlarge",
                      only=list(hs.watch_checks))
     return drain_reason(rep, hs.owner_prefix)
 

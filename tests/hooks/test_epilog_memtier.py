@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from resilient_slurm.epilog import memtier
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 
 def test_only_the_jobs_own_directory_goes(tmp_path) -> None:
@@ -42,7 +42,8 @@ def test_a_planted_link_is_never_followed(tmp_path) -> None:
 
 
 def test_the_epilog_removes_them_at_job_end(tmp_path) -> None:
-    """The installed hook as slurmd runs it (root, bare environment, ``python -I``)."""
+    """The hook as the sandbox's slurmd runs it (root, bare environment, ``python -I``; the
+    lab's wrapper: the node's simulated hardware beside its state directory)."""
     shm = tmp_path / "shm"
     (shm / "42" / "1" / "step-9").mkdir(parents=True)
     (shm / "77").mkdir()  # another job's: stays
@@ -58,9 +59,8 @@ def test_the_epilog_removes_them_at_job_end(tmp_path) -> None:
         f'memory_tier_dir = "{shm}"\n'
         "[health]\n"
         f'state_dir = "{tmp_path}/nodes/{{node}}/health"\n'
-        f'simulate = "{tmp_path}/nodes/{{node}}/scenario.toml"\n'
         'profile = "p5.48xlarge"\nwatchdog_s = 10\ntool_timeout_s = 5\nnvml_timeout_s = 5\n')
-    code = ("import sys; from resilient_slurm.epilog.hook import epilog_main; "
+    code = ("import sys; from resilient_slurm_lab.hardware.hooks import epilog_main; "
             f"sys.exit(epilog_main(['--config', {str(config)!r}]))")
     env = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42", "SLURM_JOB_UID": str(os.getuid())}
     done = subprocess.run([sys.executable, "-I", "-c", code], env=env, capture_output=True,

@@ -17,9 +17,10 @@ from click.testing import CliRunner
 from resilient_slurm import fsutil
 from resilient_slurm.events import read_events
 from resilient_slurm.healthcheck.model import Report, Result
-from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import holds
 from resilient_slurm.hooks.health_cli import main as health_cli
+from resilient_slurm_lab.hardware.hooks import NODE
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from ..conftest import wait_until
 from ..healthcheck.helpers import write_scenario
@@ -117,7 +118,7 @@ def test_a_hold_cleared_while_the_health_run_rechecks_it_stays_cleared(tmp_path)
     lock = os.path.join(os.path.dirname(_state(tmp_path)), "lock")
     with fsutil.locked(lock):
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", "import sys; from resilient_slurm.hooks.health "
+            [sys.executable, "-I", "-c", "import sys; from resilient_slurm_lab.hardware.hooks "
              f"import health_main; sys.exit(health_main(['--config', {config!r}]))"],
             env={"SLURMD_NODENAME": "n1"}, cwd="/", stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
@@ -161,7 +162,9 @@ def test_clear_hold_recheck_keeps_a_check_that_still_fails(tmp_path):
     scen = write_scenario(str(tmp_path / "s"), "left", "[gpus.3]\nprocesses = [4242]\n")
     install_scenario(str(tmp_path / "root" / "nodes" / "n1"), scen)
     _plant(tmp_path, holds.record([], Report("n1", [leftover(3)]), "epilog", None, None))
-    run = CliRunner().invoke
+    def run(cli, argv):  # as the sandbox runs it: on the node's simulated hardware
+        return CliRunner().invoke(cli, argv, obj=NODE)
+
     args = ["clear-hold", "--node", "n1", "--config", config, "--recheck"]
     still = run(health_cli, args)
     assert still.exit_code == 1 and "kept hold gpu_procs" in still.output, still.output

@@ -80,8 +80,8 @@ def test_admin_clear_hold_lets_the_health_program_resume_the_node(sandbox, slurm
         assert slurm.node(NODE).drain
         _held_by_epilog(sandbox)
         done = subprocess.run(
-            [sys.executable, "-m", "resilient_slurm.hooks.health_cli", "clear-hold", "--node", NODE,
-             "--config", config_path(sandbox), "--check", "gpu_procs"],
+            [sys.executable, "-m", "resilient_slurm_lab.hardware.health", "clear-hold", "--node",
+             NODE, "--config", config_path(sandbox), "--check", "gpu_procs"],
             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
         assert done.returncode == 0, done.stderr
         assert "cleared hold gpu_procs GPU_PROCS_LEFT gpu3 (epilog)" in done.stdout
@@ -106,11 +106,11 @@ def test_failed_dcgm_diag_holds_until_recheck_passes(sandbox, slurm, tmp_path) -
     os.chmod(conf, 0o644)
     fault(sandbox, node, write_scenario(str(tmp_path / "s"), "diag-fail",
                                         '[tools.dcgmi]\ndiag = "fail"\n'))
-    epilog = ("import sys; from resilient_slurm.epilog.hook import epilog_main; "
+    epilog = ("import sys; from resilient_slurm_lab.hardware.hooks import epilog_main; "
               f"sys.exit(epilog_main(['--config', {str(conf)!r}]))")
     env = {"SLURMD_NODENAME": node, "SLURM_JOB_ID": "990001", "SLURM_JOB_EXIT_CODE": "1",
            "SLURM_JOB_GPUS": "0,1"}
-    recheck = [sys.executable, "-m", "resilient_slurm.hooks.health_cli", "clear-hold",
+    recheck = [sys.executable, "-m", "resilient_slurm_lab.hardware.health", "clear-hold",
                "--node", node, "--config", str(conf), "--recheck"]
     try:
         done = subprocess.run([sys.executable, "-I", "-c", epilog], env=env, cwd="/",

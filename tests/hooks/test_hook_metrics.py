@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hooks run as root")
 
@@ -42,7 +42,7 @@ def _setup(tmp_path: Path, slurm_conf: str = "/nonexistent/slurm.conf") -> tuple
         f'slurm_conf = "{slurm_conf}"\nverdict_file = ""\n'
         "prolog_budget_s = 10\nepilog_budget_s = 10\nhealth_budget_s = 10\n"
         f'[health]\nstate_dir = "{root}/nodes/{{node}}/health"\n'
-        f'simulate = "{root}/nodes/{{node}}/scenario.toml"\nprofile = "p5.48xlarge"\n'
+        'profile = "p5.48xlarge"\n'
         "watchdog_s = 10\n")
     os.chmod(config, 0o644)
     return root, config
@@ -50,11 +50,11 @@ def _setup(tmp_path: Path, slurm_conf: str = "/nonexistent/slurm.conf") -> tuple
 
 def test_prolog_keeps_the_health_programs_series(tmp_path: Path) -> None:
     root, config = _setup(tmp_path)
-    _hook("resilient_slurm.hooks.health:health_main", config)
+    _hook("resilient_slurm_lab.hardware.hooks:health_main", config)
     health = root / "prom" / "rhc.prom"
     before = _series(health)
     assert len(before) >= 19
-    _hook("resilient_slurm.prolog.hook:prolog_main", config)
+    _hook("resilient_slurm_lab.hardware.hooks:prolog_main", config)
     prolog = root / "prom" / "rhc.prolog.prom"
     assert _series(health) == before  # all of the health program's series are still there
     assert {dict(labels)["source"] for _, labels in _series(prolog)} == {"prolog"}
@@ -76,7 +76,7 @@ def test_health_file_says_when_the_hook_last_succeeded_and_how_often_it_runs(
     fsutil.atomic_write_json(os.path.join(state, "streak.json"), {
         "drained": {"reason": "rhc:XID79 gpu3", "since": 1.0}, "drains_total": 2}, mode=0o600)
     before = time.time()
-    assert _hook("resilient_slurm.hooks.health:health_main", config).returncode == 0
+    assert _hook("resilient_slurm_lab.hardware.hooks:health_main", config).returncode == 0
     values = {s.name: s.value for f in text_string_to_metric_families(
         (root / "prom" / "rhc.prom").read_text()) for s in f.samples}
     assert before <= values["resilient_hook_last_success_timestamp_seconds"] <= time.time()

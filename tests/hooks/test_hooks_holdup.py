@@ -20,13 +20,14 @@ from click.testing import CliRunner
 from resilient_slurm.config import ConfigError, load_config
 from resilient_slurm.healthcheck import checks_log as cl
 from resilient_slurm.healthcheck.klog import sources
-from resilient_slurm.healthcheck.klogfile import FileSource
 from resilient_slurm.healthcheck.seams import check_node
-from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import nodestate
 from resilient_slurm.hooks.health_cli import main as health_cli
+from resilient_slurm_lab.hardware.klogfile import FileSource
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
-from ..healthcheck.helpers import by_check, make_config, write_scenario
+from ..healthcheck.helpers import by_check, make_config, on_nodes, write_scenario
 from .conftest import hook_config, run_hook
 
 XID79 = ("[86390.1] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, "
@@ -35,9 +36,9 @@ XID79 = ("[86390.1] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unkno
 
 # -- item 4: content safety ----------------------------------------------------------------
 
-def test_non_utf8_byte_in_kernel_log_still_finds_xid79(tmp_path):
-    cfg = make_config(str(tmp_path), simulate=str(tmp_path / "nodes" / "{node}" /
-                                                    "scenario.toml"))
+def test_non_utf8_byte_in_kernel_log_still_finds_xid79(tmp_path, request):
+    cfg = make_config(str(tmp_path))
+    on_nodes(request, str(tmp_path / "nodes"))
     node = str(tmp_path / "nodes" / "n1")
     install_scenario(node, "clear")
     with open(os.path.join(node, "kernel.log"), "ab") as fh:
@@ -61,10 +62,10 @@ def test_megabyte_line_of_efa_words_parses_in_linear_time():
         is None
 
 
-def test_big_kernel_log_is_not_reread(tmp_path):
+def test_big_kernel_log_is_not_reread(tmp_path, request):
     """A 30 MB log with a saved position: the next run reads only what is new."""
-    cfg = make_config(str(tmp_path), simulate=str(tmp_path / "nodes" / "{node}" /
-                                                    "scenario.toml"))
+    cfg = make_config(str(tmp_path))
+    on_nodes(request, str(tmp_path / "nodes"))
     node = str(tmp_path / "nodes" / "n1")
     install_scenario(node, "clear")
     with open(os.path.join(node, "kernel.log"), "ab") as fh:
@@ -162,7 +163,7 @@ def test_unknown_scenario_key_is_an_error(tmp_path):
                                           "--config", str(tmp_path / "none.toml")])
     cfg = make_config(str(tmp_path))
     with pytest.raises(ConfigError) as err:
-        check_node(cfg, simulate=path, node="n1")
+        check_node(cfg, hardware=ScenarioHardware(path), node="n1")
     assert "temprature" in str(err.value)
     assert res.exit_code == 2
 
@@ -170,7 +171,7 @@ def test_unknown_scenario_key_is_an_error(tmp_path):
 def test_negative_temperature_and_ecc_from_the_tool_are_unknown(tmp_path):
     path = write_scenario(str(tmp_path), "neg", "[gpus.2]\ntemperature = -273\n"
                           "[gpus.4]\necc = [-1, 0]\n")
-    report = check_node(make_config(str(tmp_path)), simulate=path, node="n1",
+    report = check_node(make_config(str(tmp_path)), hardware=ScenarioHardware(path), node="n1",
                         only=["temperature", "ecc"])
     bad = {(r.check, r.status, r.device) for r in report.results if r.status != "ok"}
     assert ("temperature", "unknown", "gpu2") in bad and ("ecc", "unknown", "gpu4") in bad
@@ -239,20 +240,20 @@ def test_symlinked_state_dir_is_refused(tmp_path):
 
 def test_state_checks_and_unmapped_xids_never_hold(tmp_path):
     cfg = make_config(str(tmp_path))
-    thermal = check_node(cfg, simulate="thermal-slowdown", node="n1")
+    thermal = check_node(cfg, hardware=ScenarioHardware("thermal-slowdown"), node="n1")
     assert thermal.status == "fail" and nodestate.hold_for(thermal) is None
     path = write_scenario(str(tmp_path), "unmapped", "[kernel_log]\nappend = ["
                           '"[86000.0] NVRM: Xid (PCI:0000:53:00): 999, pid=1, name=x, new"]\n')
-    unmapped = check_node(cfg, simulate=path, node="n1", only=["xid"])
+    unmapped = check_node(cfg, hardware=ScenarioHardware(path), node="n1", only=["xid"])
     (r,) = by_check(unmapped, "xid")
     assert (r.status, r.action) == ("unknown", "drain") and nodestate.hold_for(unmapped) is None
-    xid79 = check_node(cfg, simulate="xid79", node="n1")
+    xid79 = check_node(cfg, hardware=ScenarioHardware("xid79"), node="n1")
     assert nodestate.hold_for(xid79) is not None  # a mapped Xid does hold
 
 
-def test_app_xids_from_one_job_do_not_drain_but_repeats_across_runs_do(tmp_path):
-    cfg = make_config(str(tmp_path), simulate=str(tmp_path / "nodes" / "{node}" /
-                                                    "scenario.toml"))
+def test_app_xids_from_one_job_do_not_drain_but_repeats_across_runs_do(tmp_path, request):
+    cfg = make_config(str(tmp_path))
+    on_nodes(request, str(tmp_path / "nodes"))
     node = str(tmp_path / "nodes" / "n1")
     install_scenario(node, "clear")
     xid13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=1, name=python, Graphics Exception"
@@ -349,7 +350,7 @@ def test_prolog_is_not_failed_by_a_slow_health_run(tmp_path):
     open(config, "w").write(text)
     scen = write_scenario(str(tmp_path / "s"), "slow", "[tools.dcgmi]\ndelay_s = 10\n")
     install_scenario(str(tmp_path / "root" / "nodes" / "n1"), scen)
-    mod = "resilient_slurm.hooks.health"
+    mod = "resilient_slurm_lab.hardware.hooks"
     health = subprocess.Popen(
         [sys.executable, "-I", "-c", f"import sys; from {mod} import health_main; "
          f"sys.exit(health_main(['--config', {config!r}]))"],

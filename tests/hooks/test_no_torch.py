@@ -16,17 +16,21 @@ import sys
 import pytest
 
 from resilient_slurm import verdict_file
-from resilient_slurm.healthcheck.simulate import install_scenario
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from .conftest import hook_config
 
 FORBIDDEN = ("torch", "nvidia_resiliency_ext")
-ENTRY = {
+# The product's entry points, as a production node's shims run them: they never load the lab.
+PRODUCT = {
     "prolog": ("resilient_slurm.prolog.hook", "prolog_main", ()),
     "epilog": ("resilient_slurm.epilog.hook", "epilog_main", ()),
     "health": ("resilient_slurm.hooks.health", "health_main", ()),
     "watch": ("resilient_slurm.hooks.watch", "watch_main", ("--ticks", "1")),
 }
+# The same hooks on simulated nodes, through the lab's wrappers (the sandbox's shims).
+LAB = "resilient_slurm_lab.hardware.hooks"
+ENTRY = {name: (LAB, func, args) for name, (_, func, args) in PRODUCT.items()}
 
 PROBE = """
 import importlib.abc, json, sys
@@ -52,9 +56,10 @@ print("PROBE " + json.dumps({{"rc": rc, "import": after_import, "tried": tried,
 """
 
 
-def probe(entry: str, config: str) -> dict:
-    module, func, args = ENTRY[entry]
-    code = PROBE.format(forbidden=FORBIDDEN, module=module, func=func, config=config, args=args)
+def probe(entry: str, config: str, entries: dict = ENTRY,
+          forbidden: tuple[str, ...] = FORBIDDEN) -> dict:
+    module, func, args = entries[entry]
+    code = PROBE.format(forbidden=forbidden, module=module, func=func, config=config, args=args)
     env = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42", "SLURM_JOB_UID": "0",
            "SLURM_JOB_USER": "root", "SLURM_NODELIST": "n1"}
     done = subprocess.run([sys.executable, "-I", "-c", code], env=env, capture_output=True,
@@ -82,3 +87,13 @@ def test_the_hooks_never_import_torch(tmp_path, entry: str, scenario: str) -> No
     else:
         assert status == "fail", got
         assert got["rc"] != 0 or entry == "watch", got
+
+
+@pytest.mark.parametrize("entry", sorted(PRODUCT))
+def test_the_products_hooks_never_load_the_lab(tmp_path, entry: str) -> None:
+    """Root-safety: the installed hooks check this machine and never import the lab (its
+    simulated hardware), nor torch, on a node where both are installed."""
+    config = hook_config(tmp_path, verdicts=True)
+    got = probe(entry, config, PRODUCT, (*FORBIDDEN, "resilient_slurm_lab"))
+    assert got["import"] == [[], []], f"importing {entry}: {got}"
+    assert got["tried"] == [] and got["loaded"] == [], f"running {entry}: {got}"

@@ -14,15 +14,15 @@ import sys
 from resilient_slurm import verdict_file
 from resilient_slurm.events import read_events
 from resilient_slurm.healthcheck.model import FAIL, OK, WARN, Report, Result
-from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks import precursor
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from .conftest import hook_config, run_hook
 
 
 def run_watch(config: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The watcher as its service runs it: root, a bare environment, ``python -I``."""
-    code = ("import sys; from resilient_slurm.hooks.watch import watch_main; "
+    code = ("import sys; from resilient_slurm_lab.hardware.hooks import watch_main; "
             f"sys.exit(watch_main(['--config', {config!r}, *sys.argv[1:]]))")
     return subprocess.run([sys.executable, "-I", "-c", code, *args],
                           env={"SLURMD_NODENAME": "n1"}, capture_output=True, text=True,

@@ -147,7 +147,7 @@ def test_a_node_that_fails_validation_stays_out_and_moves_up_its_ladder(repair_s
 
 
 def _boot(sandbox: Paths, node: str) -> str:
-    from resilient_slurm.healthcheck.simulate import load_scenario_data
+    from resilient_slurm_lab.hardware.simulate import load_scenario_data
 
     data = load_scenario_data(sandbox.p("nodes", node, "scenario.toml"))
     return str(data.get("kernel_log", {}).get("boot_id"))

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_slurm.config import ConfigError, load_config
-from resilient_slurm.healthcheck import fakes
 from resilient_slurm.healthcheck import validate_checks as vc
 from resilient_slurm.healthcheck.config import ProfileSpec
 from resilient_slurm.hooks import ladder as lad
 from resilient_slurm.hooks import repair
 from resilient_slurm.proc import Outcome
+from resilient_slurm_lab.hardware import fakes
 
 LADDER = lad.load()
 

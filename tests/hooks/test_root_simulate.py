@@ -1,5 +1,8 @@
-"""Issue 23 item 11: a root hook never takes simulated hardware from the production config, a
-shipped scenario name, or a scenario file anyone but root can change."""
+"""A product hook cannot be made to use simulated hardware: the config key that once chose it,
+``[health] simulate``, is an unknown key (the hook exits 2 naming it), and nothing else in the
+config or the environment reaches the hardware seam (``tests/hooks/test_no_torch.py``: the
+product's hooks never load the lab). The lab's own hooks, the sandbox's, take only a
+root-owned scenario file when they run as root."""
 
 from __future__ import annotations
 
@@ -11,54 +14,60 @@ from pathlib import Path
 import pytest
 
 from resilient_slurm.config import ConfigError
-from resilient_slurm.healthcheck.simulate import install_scenario
-from resilient_slurm.hooks.entry import check_simulate
+from resilient_slurm.config import load_config as load
+from resilient_slurm_lab.hardware.plugin import ScenarioHardware
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rule is for hooks run as root")
 
 
-def _health(config: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys; from resilient_slurm.hooks.health import health_main; "
+def _health(config: Path, module: str = "resilient_slurm.hooks.health") -> \
+        subprocess.CompletedProcess[str]:
+    code = (f"import sys; from {module} import health_main; "
             f"sys.exit(health_main(['--config', {str(config)!r}]))")
     return subprocess.run([sys.executable, "-I", "-c", code], env={"SLURMD_NODENAME": "n1"},
                           capture_output=True, text=True, timeout=120, cwd="/")
 
 
-def _config(tmp_path: Path, simulate: str) -> Path:
+def _config(tmp_path: Path, health: str = "") -> Path:
     root = tmp_path / "root"
     root.mkdir(mode=0o755, exist_ok=True)
     os.chmod(root, 0o755)
     path = root / "config.toml"
     path.write_text(f'[hooks]\nstate_dir = "{root}/hooks"\nevents_file = "{root}/ev.jsonl"\n'
                     'slurm_bin_dir = "/nonexistent"\nslurm_conf = "/nonexistent/slurm.conf"\n'
-                    f'[health]\nstate_dir = "{root}/health"\nsimulate = "{simulate}"\n'
-                    'profile = "p5.48xlarge"\n')
+                    f'[health]\nstate_dir = "{root}/nodes/{{node}}/health"\n'
+                    f'profile = "p5.48xlarge"\n{health}')
     os.chmod(path, 0o644)
     return path
 
 
-def test_a_shipped_scenario_name_is_refused_by_the_root_hook(tmp_path: Path) -> None:
-    done = _health(_config(tmp_path, "healthy-p5"))
+@pytest.mark.parametrize("value", ["healthy-p5", "{root}/nodes/{{node}}/scenario.toml"])
+def test_the_config_cannot_choose_simulated_hardware(tmp_path: Path, value: str) -> None:
+    install_scenario(str(tmp_path / "root" / "nodes" / "n1"), "clear")
+    value = value.format(root=tmp_path / "root")
+    done = _health(_config(tmp_path, f'simulate = "{value}"\n'))
     assert done.returncode == 2, done.stderr
-    assert "health.simulate" in done.stderr and "shipped scenario" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert "health.simulate" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(ConfigError, match="health.simulate"):
+        load(str(_config(tmp_path, 'simulate = "healthy-p5"\n')), env={})
 
 
-def test_a_scenario_file_others_can_write_is_refused(tmp_path: Path) -> None:
+def test_the_labs_hook_takes_only_a_root_owned_scenario_file(tmp_path: Path) -> None:
     node = tmp_path / "root" / "nodes" / "n1"
     install_scenario(str(node), "clear")
+    config = _config(tmp_path)
+    lab = "resilient_slurm_lab.hardware.hooks"
+    done = _health(config, lab)  # root's, 0600: taken
+    assert done.returncode == 0, done.stderr
     scenario = node / "scenario.toml"
-    config = _config(tmp_path, str(scenario))
-    check_simulate(str(scenario), str(config))  # root's, 0644 or tighter: taken
     os.chmod(scenario, 0o666)
-    with pytest.raises(ConfigError, match="writable by others"):
-        check_simulate(str(scenario), str(config))
+    done = _health(config, lab)
+    assert done.returncode == 2 and "writable by others" in done.stderr, done.stderr
     os.chmod(scenario, 0o600)
     os.chown(node, 65534, 65534)  # a directory another user owns: they could swap the file
-    with pytest.raises(ConfigError, match="not root's"):
-        check_simulate(str(scenario), str(config))
-
-
-def test_the_production_config_never_simulates() -> None:
-    with pytest.raises(ConfigError, match="real hardware only"):
-        check_simulate("/var/lib/x/scenario.toml", "/etc/resilient-slurm/config.toml")
+    done = _health(config, lab)
+    assert done.returncode == 2 and "not root's" in done.stderr, done.stderr
+    cfg = load(str(config), env={})
+    with pytest.raises(ConfigError, match="shipped scenario"):
+        ScenarioHardware("healthy-p5", root_owned=True).klog(cfg, "n1")

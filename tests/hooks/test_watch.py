@@ -14,16 +14,16 @@ from click.testing import CliRunner
 
 from resilient_slurm import verdict_file
 from resilient_slurm.events import read_events
-from resilient_slurm.healthcheck.simulate import install_scenario
 from resilient_slurm.hooks.exits import EXIT_HOOK_ERROR
 from resilient_slurm.hooks.health_cli import main as health_cli
+from resilient_slurm_lab.hardware.simulate import install_scenario
 
 from .conftest import hook_config
 
 
 def run_watch(config: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The watcher as its service runs it: root, a bare environment, ``python -I``."""
-    code = ("import sys; from resilient_slurm.hooks.watch import watch_main; "
+    code = ("import sys; from resilient_slurm_lab.hardware.hooks import watch_main; "
             f"sys.exit(watch_main(['--config', {config!r}, *sys.argv[1:]]))")
     return subprocess.run([sys.executable, "-I", "-c", code, *args],
                           env={"SLURMD_NODENAME": "n1"}, capture_output=True, text=True,

@@ -241,8 +241,8 @@ def test_fit_reads_the_partition_and_the_reservation(slurm, clean, job_user):
 @pytest.fixture()
 def prod_clean(prod_sandbox):
     """(production-timing sandbox, root's Slurm handle), every node healthy and idle."""
-    from resilient_slurm.healthcheck.simulate import install_scenario
     from resilient_slurm.slurm import connect
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     s = connect(conf=prod_sandbox.conf, backend="cli", timeout=20)
     for n in s.nodes():
@@ -259,7 +259,7 @@ def test_requeue_the_partition_cannot_fit_is_a_verdict(prod_clean, job_user):
     a requeue excluding it could never start. The launcher ends with the cannot-fit verdict
     (exit 6) instead of a job pending forever."""
     pytest.importorskip("torch")
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     sbx, slurm = prod_clean
     jid, state, work = submit_as_user(sbx, job_user, 4, ["--min-nodes=4", "--max-requeues=2",

@@ -100,8 +100,8 @@ class Job:
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_framework_script_unchanged(slurm, clean, tmp_path, framework):
-    from resilient_slurm.healthcheck.simulate import install_scenario
     from resilient_slurm.training.faults import NODE_SCENARIO
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     module, script, args, ckpt = FRAMEWORKS[framework]
     importlib.import_module(module)  # installed by scripts/setup.sh: never a skip

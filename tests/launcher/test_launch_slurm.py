@@ -261,7 +261,7 @@ def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_p
     training; only the HealthCheckProgram notices) forces a requeue, and the controller stalls
     right as the requeue starts, for longer than KillWait: the job must end requeued or with
     a verdict, never held."""
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     # No required node list: with one, an update the stalled controller never took would
     # leave the job pending on the drained node (visible, not held, but not what this tests).
@@ -371,7 +371,7 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
     HealthCheckProgram sees the root-only kernel log and drains), a requeue onto the spare node
     with the controller stalled for longer than KillWait. The job completes, only the faulty
     node is blamed, never held, and the final digest equals the fault-free run's."""
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
     from resilient_slurm_lab.sandbox import lifecycle
 
     sbx, s, user = prod

@@ -170,7 +170,6 @@ print("survived")
 
 
 def test_node_fault_installs_xid79_scenario_then_dies(tmp_path) -> None:
-    pytest.importorskip("resilient_slurm.healthcheck.simulate")
     import signal
     import subprocess
     import sys
@@ -191,8 +190,7 @@ def test_node_fault_installs_xid79_scenario_then_dies(tmp_path) -> None:
 def test_a_node_fault_lasts_until_its_scenario_is_cleared(tmp_path) -> None:
     """A GPU that fell off the bus stays gone until its scenario is cleared; other nodes and
     runs off the sandbox are not affected."""
-    pytest.importorskip("resilient_slurm.healthcheck.simulate")
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     env = {"RESILIENT_SANDBOX_DIR": str(tmp_path / "sbx"), "SLURMD_NODENAME": "node3"}
     assert simulated_gpu_lost(env) is None  # no scenario: healthy
@@ -208,11 +206,10 @@ def test_a_node_fault_lasts_until_its_scenario_is_cleared(tmp_path) -> None:
 def test_a_node_fault_lasts_a_restart_on_that_node_fails_at_start(tmp_path) -> None:
     """The training's start gate refuses a node whose simulated GPU is lost, as CUDA init
     would, so a restart there fails as on a cluster."""
-    pytest.importorskip("resilient_slurm.healthcheck.simulate")
     import subprocess
     import sys
 
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     env = {"RESILIENT_SANDBOX_DIR": str(tmp_path / "sbx"), "SLURMD_NODENAME": "node3"}
     install_scenario(str(tmp_path / "sbx" / "nodes" / "node3"), "xid79")

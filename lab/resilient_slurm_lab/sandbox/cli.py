@@ -178,7 +178,7 @@ def fault(node: str, scenario: str, root: str) -> None:
     The HealthCheckProgram notices within one interval and drains (or later resumes) NODE.
     """
     from resilient_slurm.config import ConfigError
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     paths = Paths(root)
     try:

@@ -65,7 +65,8 @@ HEALTH_INTERVAL = 10
 
 
 def hooks_config(paths: Paths, extra: str = "", hooks_extra: str = "") -> str:
-    """The sandbox's resilient-slurm config: simulated hardware per node, fast resume;
+    """The sandbox's resilient-slurm config: each node's state under ``nodes/<node>/`` (where
+    the lab's hooks read its simulated hardware), fast resume;
     ``hooks_extra`` lines go into ``[hooks]``, ``extra`` at the end (``[health]``)."""
     p = paths.p
     return (
@@ -85,7 +86,6 @@ def hooks_config(paths: Paths, extra: str = "", hooks_extra: str = "") -> str:
         "health_budget_s = 20\n"
         "[health]\n"
         f'state_dir = "{p("nodes", "{node}", "health")}"\n'
-        f'simulate = "{p("nodes", "{node}", "scenario.toml")}"\n'
         'profile = "p5.48xlarge"\n'
         "watchdog_s = 12\n"
         "tool_timeout_s = 5\n"
@@ -97,15 +97,15 @@ def hooks_config(paths: Paths, extra: str = "", hooks_extra: str = "") -> str:
 
 def install_sandbox_hooks(paths: Paths, nodes: Sequence[str], config_extra: str = "",
                           interval: int = HEALTH_INTERVAL, hooks_extra: str = "") -> list[str]:
-    """Install the hooks under the sandbox dir; healthy simulated hardware on every node.
-
-    Returns the slurm.conf lines that wire them in.
-    """
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    """Install the hooks under the sandbox dir (the product's, each run on its node's simulated
+    hardware by the lab's wrappers: ``hardware/hooks.py``), healthy hardware on every node.
+    Returns the slurm.conf lines that wire them in."""
     from resilient_slurm.hooks.install import install
+    from resilient_slurm_lab.hardware.hooks import SHIMS
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     inst = install(paths.root, config_text=hooks_config(paths, config_extra, hooks_extra),
-                   force=True)
+                   force=True, entries=SHIMS)
     for n in nodes:
         install_scenario(paths.node_dir(n), "clear")
     return [*inst.slurm_conf_lines(interval)]

@@ -48,7 +48,7 @@ def _detach() -> bool:
 def new_boot(paths: Paths, node: str, fresh: bool) -> str:
     """Give ``node`` a new boot id: the same simulated hardware (``fresh``: healthy hardware,
     as a new machine has); returns the scenario path installed."""
-    from resilient_slurm.healthcheck.simulate import install_scenario
+    from resilient_slurm_lab.hardware.simulate import install_scenario
 
     node_dir = paths.node_dir(node)
     current = os.path.join(node_dir, "scenario.toml")

@@ -1,6 +1,6 @@
 """Simulated nodes: a node described as data, injected only at the hardware seams.
 
-A scenario is a TOML file (shipped ones in ``healthcheck/scenarios/``; format in
+A scenario is a TOML file (shipped ones in ``scenarios/`` beside this module; format in
 ``scenarios/README.md``). Running one replaces exactly four things: the GPU backend
 (:class:`.fakes.FakeNvml`), the kernel-log source (a list of lines), the sysfs root (a real
 tree written to a temporary directory) and the tool search path (real generated ``dcgmi`` /
@@ -258,16 +258,10 @@ def _cache_base() -> str:
     return base
 
 
-def resolve_scenario(config: Config, simulate: str | None, node: str) -> Scenario | None:
-    """The scenario for this run: ``simulate`` if given, else ``health.simulate``; None = real.
-    ``{node}`` in it is ``node``. Called by :mod:`.seams` only (where real or simulated is
-    decided)."""
-    value = config.health.simulate if simulate is None else simulate
-    if not value:
-        return None
-    if "{node}" in value:
-        value = value.replace("{node}", node)
-    return Scenario(scenario_path(value))
+def resolve_scenario(value: str, node: str) -> Scenario:
+    """The scenario ``value`` names (a shipped name or a path), ``{node}`` in it replaced by
+    ``node``. ConfigError for an unknown name, a missing file or bad data."""
+    return Scenario(scenario_path(value.replace("{node}", node)))
 
 
 def install_scenario(node_dir: str, scenario: str) -> str:

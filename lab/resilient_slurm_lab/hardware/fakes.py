@@ -1,7 +1,8 @@
 """The fakes a scenario is made of: an NVML stand-in, a sysfs tree, tool executables.
 
 Each fake sits at one seam and behaves like the real thing there: :class:`FakeNvml` raises
-:class:`~.gpu.GpuError` with NVML's error names (or blocks forever, like a wedged driver);
+``GpuError`` (``resilient_slurm.healthcheck.gpu``) with NVML's error names (or blocks forever,
+like a wedged driver);
 :func:`write_sysfs` writes files the real reader parses; :func:`write_tools` writes small
 ``/bin/sh`` executables run by the real runner (so timeouts and group kills are real).
 """
@@ -14,7 +15,7 @@ import shlex
 import threading
 from typing import Any
 
-from .gpu import GpuBackend, GpuError
+from resilient_slurm.healthcheck.gpu import GpuError
 
 # p5.48xlarge GPU bus ids, by NVML index.
 P5_PCI = ["00000000:53:00.0", "00000000:64:00.0", "00000000:75:00.0", "00000000:86:00.0",
@@ -27,7 +28,7 @@ def _hang() -> None:
 
 
 class FakeNvml:
-    """A :class:`~.gpu.GpuBackend` answering from scenario data.
+    """A ``GpuBackend`` answering from scenario data.
 
     ``nvml``: ``behavior`` = ok | hang | init_error | library_missing, ``error`` (NVML error
     name for init_error), ``driver``, ``count``. ``gpu``: field defaults; ``gpus.<i>``:
@@ -139,11 +140,8 @@ class FakeNvml:
         return int(self._get(i, "nvlink_crc"))
 
 
-NVML_FAULT_ENV = "RESILIENT_HEALTH_NVML_FAULT"
-
-
 class HangingNvml:
-    """Any :class:`~.gpu.GpuBackend` (the real pynvml one too) with one call that never
+    """Any ``GpuBackend`` (the real pynvml one too) with one call that never
     returns, as on a wedged driver: ``call`` is a backend method name (``init``, ``count``,
     ``temperature`` ...). Every other call goes to the wrapped backend unchanged."""
 
@@ -161,23 +159,6 @@ class HangingNvml:
             _hang()
 
         return hung
-
-
-def nvml_fault(value: str | None) -> str | None:
-    """The call to hang from ``$RESILIENT_HEALTH_NVML_FAULT`` (``hang`` = ``temperature``,
-    after the real init and device count; ``hang:<call>`` another). Read by the
-    ``resilient-health check`` CLI only, never by the root hooks. Raises ValueError."""
-    if not value:
-        return None
-    kind, _, call = value.partition(":")
-    if kind != "hang":
-        raise ValueError(f"{NVML_FAULT_ENV}={value!r}: expected hang or hang:<call>")
-    call = call or "temperature"
-    known = sorted(n for n in vars(GpuBackend) if not n.startswith("_"))
-    if call not in known:
-        raise ValueError(f"{NVML_FAULT_ENV}={value!r}: no NVML seam call {call!r} "
-                         f"(known: {', '.join(known)})")
-    return call
 
 
 def _w(path: str, text: str) -> None:

@@ -3,9 +3,9 @@
 Bounded whatever the file holds: only the bytes after the saved position are read, streamed
 line by line and parsed as they come (memory holds the event tally, never the lines, so a
 flood of benign lines cannot push a fatal one out); bytes that are not UTF-8 are replaced,
-never fatal; lines are cut at :data:`.klog.sources.MAX_LINE_CHARS`. A read that reaches its time
-budget stops at a line boundary (``LogRead.partial``; the position is where it stopped, so
-the next run goes on from there). Positions:
+never fatal; lines are cut at ``MAX_LINE_CHARS`` (``resilient_slurm.healthcheck.klog``). A
+read that reaches its time budget stops at a line boundary (``LogRead.partial``; the position
+is where it stopped, so the next run goes on from there). Positions:
 ``{"source": "file", "boot_id", "offset": bytes, "seq": lines}``; a file shorter than the
 saved offset was replaced, which is a gap (``LogRead.gap``).
 
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from .klog.sources import MAX_LINE_CHARS, LogRead
+from resilient_slurm.healthcheck.klog.sources import MAX_LINE_CHARS, LogRead
 
 # Lines without these cannot be an Xid, SXid, EFA, InfiniBand or mlx5 event: not kept (a log
 # of 50 MB of unrelated lines costs one pass, no memory).
