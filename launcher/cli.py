@@ -332,6 +332,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
 def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
                 features: plan.Features, cfg: Settings) -> None:
     from resilient_slurm.launcher.recovery import evidence, ledger
+    from resilient_slurm.launcher.shim.standby import native
 
     node_ledger = ledger.load(cfg.state_dir)  # read only: a dry run writes nothing
     nodes = node_ledger.usable(list(alloc.nodes))
@@ -341,10 +342,12 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
     echo = click.echo
     echo(f"job {alloc.job_id} restart {alloc.restart_count}/{cfg.max_requeues}: allocation "
          f"{','.join(alloc.nodes)}; excluded {','.join(sorted(node_ledger.excluded)) or '-'}")
+    standby: list[str] = []
+    gated = bool(cfg.spares) and native(features.flags, opts.min_nnodes is not None)
     if cfg.spares:
         nodes, standby = spares.split(nodes, len(alloc.nodes) - cfg.spares, alloc.batch_node)
         echo(f"hot spares: {','.join(standby) or '-'} (--spares {cfg.spares}); "
-             + spares.nvrx_note(features.version))
+             + spares.nvrx_note(features.version, gated))
     echo(f"nodes: {','.join(nodes)} (min {cfg.min_nodes}); addresses: "
          + ", ".join(f"{n}={a or '?'}" for n, a in addrs.items()))
     echo(f"nvidia-resiliency-ext {features.version or '?'}: "
@@ -356,6 +359,12 @@ def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOp
         echo("plan: too few usable nodes: requeue with exclusions")
         return
     cycle = plan.plan_cycle(alloc, opts, features, nodes, addrs, node_ledger.cycles + 1, cycle_dir)
+    if gated and standby:  # NVRx's own standbys in the step (launcher/shim/standby.py)
+        from resilient_slurm.launcher.recovery import standby_cycle
+
+        cycle = standby_cycle.plan_cycle(alloc, opts, features, nodes, standby, addrs,
+                                         cycle.number, cycle_dir, plan.EPHEMERAL_DEFAULT,
+                                         cfg.verdict_path, cfg.verdict_max_age)[0]
     echo(f"cycle {cycle.number}: rendezvous {cycle.endpoint} id {cycle.rdzv_id}")
     if opts.min_nnodes:
         from resilient_slurm.launcher.cycle import inprocess_plan

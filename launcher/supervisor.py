@@ -36,12 +36,14 @@ from resilient_slurm.launcher.recovery import (
     nodewatch,
     policy,
     spares,
+    standby_cycle,
     straggler,
     timelimit,
 )
 from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
 from resilient_slurm.launcher.report import job_metrics, joblog
 from resilient_slurm.launcher.settings import Settings
+from resilient_slurm.launcher.shim import standby
 from resilient_slurm.slurm import SlurmBackend
 
 
@@ -79,6 +81,9 @@ class Supervisor(Endings):
         self.level0 = level0.Level0Grace(inprocess_plan.level0_grace(opts, env)) \
             if opts.min_nnodes else None
         self.standby: list[str] = []  # --spares: idle nodes a blamed node may be swapped for
+        # --spares on NVRx >= 0.6: the standbys run NVRx's gated standby agents in the step
+        self.native = standby.native(features.flags, opts.min_nnodes is not None)
+        self.promo: standby.Promotions | None = None  # the running cycle's promotions
         self.config_error = ""  # the training's configuration error (fatal.py): ends the job
         self.evacuating: dict[str, tuple[str, ...]] = {}  # nodes this cycle stopped to leave
 
@@ -139,10 +144,15 @@ class Supervisor(Endings):
             self.node_ledger.cycles += 1
             self._save()
             rc, stopped, cycle_dir, started = self._run_cycle(nodes, addrs)
+            replaced = sorted(self.promo.replaced) if self.promo is not None else []
+            if self.promo is not None:  # NVRx promoted standbys: the training nodes now
+                nodes, self.promo = self.promo.active(), None
             if self.signal is Signal.USR1 and (rc != 0 or stopped):
                 d = policy.decide(self._state(Phase.FAILED, len(nodes)))
                 if d.action is Action.REQUEUE:  # the requeue before anything else
                     return self._requeue_first(d.why, after_cycle=True)
+            if replaced:  # the lost nodes back to Slurm now that the step is over
+                self._release(replaced)
             self._cycle_ended()
             p = budgeted.Budgeted(self.progress.finished_cycle, name="progress")(
                 progress.Progress(None, None))  # a stalled filesystem: unknown, not waited for
@@ -210,31 +220,45 @@ class Supervisor(Endings):
         n = self.node_ledger.cycles
         cycle_dir = os.path.join(self.cfg.state_dir, "cycles",
                                  f"r{self.alloc.restart_count}-c{n}")
-        cycle = plan.plan_cycle(self.alloc, self.opts, self.features, nodes, addrs, n, cycle_dir,
-                              plan.ephemeral_range())
+        if self.native and self.standby:  # NVRx's own standbys, gated (launcher/shim/standby.py)
+            cycle, self.promo = standby_cycle.plan_cycle(
+                self.alloc, self.opts, self.features, nodes, self.standby, addrs, n, cycle_dir,
+                plan.ephemeral_range(), self.cfg.verdict_path, self.cfg.verdict_max_age)
+        else:
+            cycle = plan.plan_cycle(self.alloc, self.opts, self.features, nodes, addrs, n,
+                                    cycle_dir, plan.ephemeral_range())
         for path, text in cycle.files:
             atomic_write(path, text)
         started = time.time()
+        if self.promo is not None:
+            self.promo.since = started
         mon = straggler.Monitor(self.cfg.straggler, nodes) if self.cfg.straggler else None
         argv = step.argv(cycle, self.lingering)
         self.log.emit(EventKind.CYCLE_START, **events.CycleStart(
-            cycle=n, nodes=nodes, endpoint=cycle.endpoint, rdzv_id=cycle.rdzv_id,
+            cycle=n, nodes=list(cycle.nodes), endpoint=cycle.endpoint, rdzv_id=cycle.rdzv_id,
             committed_step=self.progress.step(), argv=argv,
             nproc_per_node=self.opts.nproc_per_node))
         self.proc = step.start(argv, self.env, cycle)
         if self.level0 is not None:
             self.level0.new_cycle()
-        stopped = self._watch(watch.CycleWatch(
-            self.slurm, self.log, nodes, started, self.events_path, self.cfg.verdict_path,
+        w = watch.CycleWatch(
+            self.slurm, self.log, list(cycle.nodes), started, self.events_path,
+            self.cfg.verdict_path,
             nodewatch.Settings(self.cfg.node_query_interval,
                                max(60.0, self.opts.heartbeat_timeout or 0.0),
                                self.cfg.max_blame_share),
             self.cfg.state_check_interval, self.cfg.max_restarts, cycle.cycle_info_dir, mon,
             self.level0, self.progress.note_checkpoint,
-            self._evacuation(nodes, started - self.cfg.verdict_max_age, cycle_dir)),
-            cycle.record_dir)
+            self._evacuation(nodes, started - self.cfg.verdict_max_age, cycle_dir),
+            self.promo, self._promoted)
+        stopped = self._watch(w, cycle.record_dir)
         rc = self.proc.wait()
         self.proc = None
+        if self.promo is not None:  # lost before Slurm flagged it: its launcher vanished
+            lost = evidence.vanished(cycle.record_dir, list(cycle.nodes))
+            if newly := self.promo.split(lost, w.tail.events)[1]:
+                self._promoted(newly, dict.fromkeys(newly, "its launcher vanished"))
+            rc = standby_cycle.step_rc(rc, self.promo, evidence.exit_records(cycle.record_dir))
         duration = round(time.time() - started, 2)
 
         def cycle_end() -> None:  # shared storage: after a time-limit requeue, not before
@@ -249,6 +273,13 @@ class Supervisor(Endings):
         if self.signal is not Signal.USR1:
             self._cycle_ended()
         return rc, stopped, cycle_dir, started
+
+    def _promoted(self, newly: dict[str, str], why: dict[str, str]) -> None:
+        """NVRx promoted standbys in place of lost training nodes (the watch saw it)."""
+        assert self.promo is not None
+        standby_cycle.record(self.log, self.node_ledger, self.standby, self.promo, newly, why,
+                             self.node_ledger.cycles)
+        self._save()
 
     def _cycle_ended(self) -> None:
         """Write the last cycle's end records, if not written yet."""

@@ -31,7 +31,7 @@ from resilient_slurm.launcher.cycle import budgeted
 from resilient_slurm.launcher.recovery import evacuate, level0, nodewatch, policy, straggler
 from resilient_slurm.launcher.recovery.policy import Signal
 from resilient_slurm.launcher.report import joblog
-from resilient_slurm.launcher.shim import observe, restarts
+from resilient_slurm.launcher.shim import observe, restarts, standby
 from resilient_slurm.slurm import SlurmBackend
 
 
@@ -57,9 +57,13 @@ class CycleWatch:
                  max_restarts: int | None, cycle_info_dir: str = "",
                  mon: straggler.Monitor | None = None, grace: level0.Level0Grace | None = None,
                  on_state_check: Callable[[], None] = lambda: None,
-                 evac: evacuate.Evacuation | None = None) -> None:
+                 evac: evacuate.Evacuation | None = None,
+                 promo: standby.Promotions | None = None,
+                 on_promoted: Callable[[dict[str, str], dict[str, str]], None] | None = None
+                 ) -> None:
         self.log, self.since, self.cycle_info_dir = log, since, cycle_info_dir
         self.evac = evac
+        self.promo, self.on_promoted = promo, on_promoted  # --spares on NVRx >= 0.6
         self.state_check_interval, self.max_restarts = state_check_interval, max_restarts
         self.mon, self.level0, self.on_state_check = mon, grace, on_state_check
         self.tail = observe.EventTail(events_path, since)
@@ -110,7 +114,7 @@ class CycleWatch:
         """Why a node fault stops the step now ("" if none): ``nodewatch``'s finding, less
         the nodes level 0 left out; flagged nodes the training does not confirm are logged
         once per cycle and waited for."""
-        found = self.nodes.check(self.tail.events, self.tail.last_progress)
+        found = self._past_standby(self.nodes.check(self.tail.events, self.tail.last_progress))
         for node, state in found.waiting.items():
             if node not in self.noted:
                 self.noted.add(node)
@@ -122,6 +126,20 @@ class CycleWatch:
             self.log.emit(EventKind.FAULT, **Fault(type="shared", detail=found.shared))
         bad = self._past_level0(sorted(found.stop), self.tail.events)
         return policy.NODE_FAULT + "; ".join(f"{n}: {found.stop[n]}" for n in bad) if bad else ""
+
+    def _past_standby(self, found: nodewatch.Finding) -> nodewatch.Finding:
+        """``found`` less the bad nodes NVRx's standbys already replaced (``standby.py``:
+        recorded once through ``on_promoted``) and the unpromoted standbys (their gates
+        stop them)."""
+        if self.promo is None:
+            return found
+        bad = sorted({*found.stop, *found.waiting})
+        stop, newly = self.promo.split(bad, self.tail.events)
+        if newly and self.on_promoted is not None:
+            self.on_promoted(newly, {n: found.stop.get(n) or f"slurm state {found.waiting[n]}"
+                                     for n in newly})
+        return replace(found, stop={n: w for n, w in found.stop.items() if n in stop},
+                       waiting={n: w for n, w in found.waiting.items() if n in stop})
 
     def _past_level0(self, bad: list[str], events: list[dict[str, Any]]) -> list[str]:
         """The bad nodes that stop the step: all of them, except under ``--inprocess`` those

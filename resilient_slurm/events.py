@@ -70,6 +70,7 @@ from resilient_slurm.payloads_job import (
     RankEvent,
     Recovered,
     Rendezvous,
+    StandbyStopped,
     StepSignal,
     StepTiming,
     Stopped,
@@ -143,6 +144,7 @@ class EventKind(StrEnum):
     HANG_DETECTED = "hang_detected"  # a rank missed its heartbeats
     FIRST_HEARTBEAT = "first_heartbeat"  # a rank's first heartbeat after a restart
     STEP_SIGNAL = "step_signal"  # a step's task got SIGUSR1/2 (sbatch --signal without B:)
+    STANDBY_STOPPED = "standby_stopped"  # an NVRx standby's agent stopped: verdict not ok
     # The training: the job log.
     PROGRESS = "progress"  # a step done
     CHECKPOINT = "checkpoint"  # a save committed
@@ -179,7 +181,8 @@ PAYLOADS: dict[EventKind, tuple[type, ...]] = {
     EventKind.RANK_DISCONNECTED: (RankEvent,), EventKind.WORKER_FAILED: (WorkerFailed,),
     EventKind.WORKER_RESTART: (WorkerRestart,), EventKind.RENDEZVOUS: (Rendezvous,),
     EventKind.HANG_DETECTED: (HangDetected,), EventKind.FIRST_HEARTBEAT: (RankEvent,),
-    EventKind.STEP_SIGNAL: (StepSignal,), EventKind.PROGRESS: (Progress,),
+    EventKind.STEP_SIGNAL: (StepSignal,), EventKind.STANDBY_STOPPED: (StandbyStopped,),
+    EventKind.PROGRESS: (Progress,),
     EventKind.CHECKPOINT: (Checkpoint,), EventKind.RECOVERED: (Recovered,),
     EventKind.STEP_TIMING: (StepTiming,), EventKind.STOPPED: (Stopped,),
     EventKind.COMPLETE: (Complete,), EventKind.CONFIG_ERROR: (ConfigErrorEvent,),

@@ -318,6 +318,7 @@ class Spare(TypedDict, total=False):
     skipped: dict[str, str] | None  # standby -> why it was not used
     unswapped: list[str]
     cycle: int
+    via: str  # "standby": NVRx promoted a running standby in the same step (no new cycle)
 
 
 class VerdictUnread(TypedDict, total=False):

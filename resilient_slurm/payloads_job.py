@@ -66,6 +66,15 @@ class StepSignal(TypedDict, total=False):
     detail: str
 
 
+class StandbyStopped(TypedDict, total=False):
+    """``standby_stopped``: an NVRx standby's ft_launcher stopped (or never started) because
+    its node's published verdict is not ``ok`` (``launcher/shim/standby.py``)."""
+
+    reason: str
+    started: bool
+    detail: str
+
+
 # -- the training (job log) ---------------------------------------------------------------------
 
 

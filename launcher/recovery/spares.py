@@ -176,24 +176,17 @@ def for_blamed(slurm: SlurmBackend, standby: Sequence[str], blamed: Mapping[str,
     return found
 
 
-def nvrx_note(version: str | None) -> str:
-    """What ``--spares`` asks of the installed NVRx (the dry-run plan and docs/launcher.md)."""
-    native = _at_least(version, (0, 6))
-    head = (f"nvidia-resiliency-ext {version or '?'}: ft_launcher --nnodes=N on the N "
-            "training nodes only; the K standbys run nothing until resilient-launch swaps "
-            "one in (a new cycle, same world size)")
+def nvrx_note(version: str | None, native: bool = False) -> str:
+    """What ``--spares`` asks of the installed NVRx (the dry-run plan and docs/launcher.md);
+    ``native``: it has hot spares of its own (``launcher/shim/standby.py``)."""
     if native:
-        return head + ("; NVRx's own standbys (--nnodes=MIN:MAX) are not used: their choice "
-                       "cannot consult the hooks' verdicts, see docs/launcher.md")
-    return head + " (this NVRx has no hot spares of its own)"
-
-
-def _at_least(version: str | None, want: tuple[int, int]) -> bool:
-    try:
-        parts = tuple(int(x) for x in (version or "").split(".")[:2])
-    except ValueError:
-        return False
-    return len(parts) == 2 and parts >= want
+        return (f"nvidia-resiliency-ext {version or '?'}: NVRx's own standbys, gated: one step "
+                "on all N+K nodes, ft_launcher --nnodes=N:N+K, a standby's agent runs only "
+                "while its node's verdict is ok; NVRx promotes one in its next rendezvous "
+                "round (no new cycle)")
+    return (f"nvidia-resiliency-ext {version or '?'}: ft_launcher --nnodes=N on the N "
+            "training nodes only; the K standbys run nothing until resilient-launch swaps "
+            "one in (a new cycle, same world size; this NVRx has no hot spares of its own)")
 
 
 def commit(log: EventLog, standby: list[str], swap: Choice | None, cycle: int) -> dict[str, str]:

@@ -55,6 +55,7 @@ import time
 
 from resilient_slurm.events import EventKind, EventLog, StepSignal
 from resilient_slurm.fsutil import atomic_write_json
+from resilient_slurm.launcher.shim import standby
 from resilient_slurm.launcher.shim.relay import relay_stderr
 
 # Placeholders the plan writes into the command and this shim fills in on each node.
@@ -94,13 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-dir", required=True)
     ap.add_argument("--addrs-file", default="")
     ap.add_argument("--capture", action="store_true", help="keep CMD's stdout in the record")
+    standby.add_gate_options(ap)  # NVRx standbys gated by the node's verdict (standby.py)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
     cmd = ns.cmd[1:] if ns.cmd[:1] == ["--"] else ns.cmd
     if not cmd:
         ap.error("no command")
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
-    cmd = substitute(cmd, node, read_addrs(ns.addrs_file).get(node, ""))
+    cmd = [a.replace(standby.IS_HOST, standby.is_host(os.environ.get("SLURM_PROCID")))
+           for a in substitute(cmd, node, read_addrs(ns.addrs_file).get(node, ""))]
     start = time.time()
     os.makedirs(ns.record_dir, exist_ok=True)
     events_file = os.environ.get("RESILIENT_EVENTS_FILE")
@@ -110,10 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     holder: list[subprocess.Popen[bytes]] = []
     for sig in (signal.SIGTERM, signal.SIGINT, *IGNORED_IN_CMD):
         signal.signal(sig, lambda signum, _f: pending.append(signum) if not holder else None)
+    gate = standby.Gate(node, ns.standby_verdict, ns.standby_max_age, events_file) \
+        if standby.is_standby(os.environ.get("SLURM_PROCID"), ns.standby_from) else None
+    if gate is not None and not gate.before_start(ns.standby_from, start, pending):
+        atomic_write_json(os.path.join(ns.record_dir, f"{node}.json"),
+                          {"node": node, "rc": 0, "gated": gate.why, "start": round(start, 3),
+                           "end": round(time.time(), 3)})
+        return 0  # a standby that never joined: the step goes on (--kill-on-bad-exit)
     private = _private_tmp(node)
     env = {**os.environ, "TMPDIR": private} if private else None
     try:
-        return _run(ns, cmd, node, start, events_file, watch, pending, holder, env)
+        return _run(ns, cmd, node, start, events_file, watch, pending, holder, env, gate)
     finally:
         if private:
             shutil.rmtree(private, ignore_errors=True)
@@ -132,7 +142,8 @@ def _private_tmp(node: str) -> str | None:
 
 def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
          events_file: str | None, watch: bool, pending: list[int],
-         holder: list[subprocess.Popen[bytes]], env: dict[str, str] | None) -> int:
+         holder: list[subprocess.Popen[bytes]], env: dict[str, str] | None,
+         gate: standby.Gate | None = None) -> int:
     try:
         child = subprocess.Popen(  # noqa: S603 - argv list from the supervisor, no shell
             cmd, stdout=subprocess.PIPE if ns.capture else None,
@@ -182,6 +193,8 @@ def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
     holder.append(child)
     for signum in pending:
         forward(signum, None)
+    if gate is not None:
+        gate.watch(lambda: forward(signal.SIGTERM, None))
     relay = None
     if watch and events_file and child.stderr is not None:
         relay = threading.Thread(target=relay_stderr, daemon=True,
@@ -189,10 +202,15 @@ def _run(ns: argparse.Namespace, cmd: list[str], node: str, start: float,
         relay.start()
     stdout = child.communicate()[0] if ns.capture else None
     rc = child.wait()
+    if gate is not None:
+        gate.done.set()
+        rc = 0 if gate.why else rc  # stopped by its gate: not a failure of the step
     if relay is not None:
         relay.join(timeout=5)
     record: dict[str, object] = {"node": node, "rc": rc, "start": round(start, 3),
                                  "end": round(time.time(), 3), "argv0": os.path.basename(cmd[0])}
+    if gate is not None and gate.why:
+        record["gated"] = gate.why
     if stdout is not None:
         record["stdout"] = stdout.decode("utf-8", "replace")[-60000:]
     os.makedirs(ns.record_dir, exist_ok=True)

@@ -138,13 +138,18 @@ def test_help_explains_spares() -> None:
 def test_dry_run_plans_three_training_nodes_and_one_spare(monkeypatch, tmp_path,
                                                           version) -> None:
     _alloc(monkeypatch, tmp_path, "node[1-4]")
-    monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(frozenset(), version))
+    flags = frozenset({"--nnodes", "--ft-segment"} if version == "0.6.0" else {"--nnodes"})
+    monkeypatch.setattr(plan, "detect_features", lambda *_a: plan.Features(flags, version))
     res = CliRunner().invoke(cli.main, ["--dry-run", "--spares=1", "t.py",
                                         "--checkpoint-dir", str(tmp_path / "ck")])
     assert res.exit_code == 0, res.output
     assert "hot spares: node4 (--spares 1)" in res.output
     assert "nodes: node1,node2,node3 (min 3)" in res.output
     srun = next(line for line in res.output.splitlines() if line.startswith("srun "))
-    assert "--nodelist=node1,node2,node3" in srun and "--nnodes=3 " in srun
-    native = "NVRx's own standbys (--nnodes=MIN:MAX) are not used" in res.output
+    native = "NVRx's own standbys, gated" in res.output
     assert native == (version == "0.6.0")
+    if native:  # one step on all four nodes, NVRx's --nnodes=N:N+K, the standby gated
+        assert "--nodelist=node1,node2,node3,node4" in srun and "--nnodes=3:4 " in srun
+        assert "--standby-from=3" in srun
+    else:
+        assert "--nodelist=node1,node2,node3" in srun and "--nnodes=3 " in srun

@@ -7,7 +7,13 @@ The spare takes its place inside the allocation: 0 requeues, world size still 3,
 resumes at step 29 (the last step every rank finished: 0 lost steps), each survivor at its
 rank of before from its own node's memory (tier 1), the spare at the lost node's rank from the
 peer's copy (tier 2), and the run ends with the fault-free weights digest. Prints the swap
-time (node loss to the first step after it)."""
+time (node loss to the first step after it).
+
+Where the installed ft_launcher has NVRx's own hot spares (NVRx >= 0.6: the Debian-root
+stages), the spare is a gated NVRx standby in the same step (``launcher/shim/standby.py``): no
+second srun step, the standby promoted in NVRx's next rendezvous round (``spare`` with
+``via: standby``), 0 lost steps, the promoted node's rank restored from a peer's copy. On NVRx
+0.4.1 (the main stage) the swap is a new cycle with every rank pinned, as above."""
 
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from pathlib import Path
 import launch_helpers  # type: ignore[import-not-found]  # tests/launcher is on sys.path
 import pytest
 
+from resilient_slurm.launcher.cycle import plan
+from resilient_slurm.launcher.shim import standby
 from resilient_slurm_lab.sandbox import lifecycle
 from tests.checkpoint import tier_helpers
 
@@ -51,6 +59,7 @@ def _wait_log(path: Path, pattern: str, timeout: float) -> re.Match[str]:
 
 def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
     sbx, s, user = prod6
+    native = standby.native(plan.detect_features(os.path.join(BIN, "ft_launcher")).flags)
     reference = tier_helpers.digest(tier_helpers.on_nodes(
         str(tmp_path), ["a", "b", "c"], ["--steps", str(STEPS), "--step-time", "0"]))
     work = Path(user.make_dir(mode=0o755))
@@ -79,7 +88,8 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
     first = {r: n for r, _, _, _, n in _starts(out.read_text())}
     job = s.job(jid)
     batch_host = job.extra.get("batch_host")
-    victim_rank = next(r for r, n in sorted(first.items()) if n != batch_host)
+    # not the batch host (it cannot leave), not rank 0's node (it hosts the rendezvous store)
+    victim_rank = next(r for r, n in sorted(first.items()) if n != batch_host and r > 0)
     victim = first[victim_rank]
     for r in range(3):  # only the victim's rank stops at step 30 (a fault fires once per job)
         if r != victim_rank:
@@ -101,10 +111,18 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
         assert [e["out"] for e in swaps] == [victim], swaps
         spare = swaps[0]["node"]
         assert spare not in first.values()  # the standby, not one of the training nodes
-        last = launch_helpers.kinds(state, "cycle_start")[-1]["nodes"]
-        assert len(last) == 3 and spare in last and victim not in last, last
+        cycles = launch_helpers.kinds(state, "cycle_start")
+        last = cycles[-1]["nodes"]
+        if native:  # one srun step on all 4 nodes: NVRx promoted its gated standby in it
+            assert len(cycles) == 1 and len(last) == 4 and spare in last, cycles
+            assert swaps[0].get("via") == "standby", swaps
+            assert "--nnodes=3:4" in cycles[0]["argv"], cycles[0]["argv"]
+            assert not launch_helpers.kinds(state, "stop_cycle"), why
+        else:  # a new srun step on 3 nodes
+            assert len(last) == 3 and spare in last and victim not in last, last
+            assert "via" not in swaps[0], swaps
         assert [(e["node"], e["mode"]) for e in launch_helpers.kinds(state, "exclude")] == [
-            (victim, "spare")]
+            (victim, "standby" if native else "spare")]
         assert f"spare {spare} in for {victim}" in log
         again = [x for x in _starts(log) if x[1] > 0]
         assert sorted(r for r, *_ in again) == [0, 1, 2], again  # world size still 3
@@ -114,8 +132,15 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
         # cycle and restores them from its own node's memory (tier 1); the spare runs exactly
         # the victim's and restores the victim's state from its copy on a peer (tier 2).
         by_rank = {r: (tier, node) for r, _, tier, _, node in again}
-        assert by_rank == {r: ("peer copy", spare) if r == victim_rank else ("own memory", n)
-                           for r, n in first.items()}, (first, again)
+        if native:  # NVRx ranks by task: the survivors in order, the promoted standby last
+            order = [n for _, n in sorted(first.items()) if n != victim] + [spare]
+            assert {r: n for r, (_, n) in by_rank.items()} == dict(enumerate(order)), by_rank
+            assert by_rank[2] == ("peer copy", spare), by_rank
+            assert all(tier == "own memory" for r, (tier, n) in by_rank.items()
+                       if first.get(r) == n), by_rank  # a survivor at its rank of before
+        else:
+            assert by_rank == {r: ("peer copy", spare) if r == victim_rank
+                               else ("own memory", n) for r, n in first.items()}, (first, again)
         assert tier_helpers.digest(log) == reference
         steps = [float(t) for st, t in re.findall(r"\[script\] step=(\d+) .* t=([\d.]+)", log)
                  if int(st) == FAULT_STEP and float(t) > killed_at]
@@ -123,8 +148,8 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
         # The launcher stops the step once Slurm flags the node (NVRx 0.4.1); from NVRx 0.6
         # the survivors stop by themselves first, and the cycle's end is the stop.
         stops = launch_helpers.kinds(state, "stop_cycle") or launch_helpers.kinds(
-            state, "cycle_end")
-        stop = stops[0]["ts"]
+            state, "rendezvous" if native else "cycle_end")
+        stop = min(e["ts"] for e in stops if e["ts"] > killed_at - 5)
         flagged = [e["ts"] for e in launch_helpers.kinds(state, "fault")
                    if e.get("type") == "node-flagged"]
         seen = (f"Slurm flags the node {flagged[0] - killed_at:.1f} s after the kill"
@@ -133,6 +158,10 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
               f"{steps[0] - killed_at:.1f} s: {seen}, the step ends {stop - killed_at:.1f} s "
               f"after the kill, first step on the spare {steps[0] - stop:.1f} s after that")
     finally:
+        if os.environ.get("RS_DEBUG_COPY"):  # TEMP debug
+            import shutil
+            shutil.copytree(str(work), os.environ["RS_DEBUG_COPY"], dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("shm"))
         lifecycle.node_start(sbx.root, victim)
         if not s.node(victim).available:
             s.resume(victim)
