@@ -154,14 +154,11 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
                    if e.get("type") == "node-flagged"]
         seen = (f"Slurm flags the node {flagged[0] - killed_at:.1f} s after the kill"
                 if flagged else "the survivors stop before Slurm flags the node")
+        ended = "NVRx's next round closed" if native else "the step ends"
         print(f"swap time (node kill to the first step after the swap): "
-              f"{steps[0] - killed_at:.1f} s: {seen}, the step ends {stop - killed_at:.1f} s "
+              f"{steps[0] - killed_at:.1f} s: {seen}, {ended} {stop - killed_at:.1f} s "
               f"after the kill, first step on the spare {steps[0] - stop:.1f} s after that")
     finally:
-        if os.environ.get("RS_DEBUG_COPY"):  # TEMP debug
-            import shutil
-            shutil.copytree(str(work), os.environ["RS_DEBUG_COPY"], dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("shm"))
         lifecycle.node_start(sbx.root, victim)
         if not s.node(victim).available:
             s.resume(victim)
