@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from resilient_slurm.events import EventLog, read_events
+from resilient_slurm.events import EventKind, EventLog, read_events
 from resilient_slurm.launcher.cycle import plan
 from resilient_slurm.launcher.recovery import standby_cycle
 from resilient_slurm.launcher.shim import standby
@@ -179,7 +179,7 @@ def shim(tmp_path, procid: str, out) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SLURMD_NODENAME": "n4", "SLURM_PROCID": procid,
            "RESILIENT_EVENTS_FILE": str(tmp_path / "events.jsonl")}
     EventLog(str(tmp_path / "events.jsonl"), "node", node="n1").emit(
-        "rendezvous", group_rank=0, world=3)  # written before: the shim waits for 3 joins
+        EventKind.RENDEZVOUS, group_rank=0, world=3)  # written before: the shim waits for 3 joins
     return subprocess.Popen(
         [sys.executable, "-m", "resilient_slurm.launcher.shim.node", f"--record-dir={tmp_path}/rec",
          *standby.gate_args(str(tmp_path / "{node}.json"), 3, 300.0), "--",
@@ -205,7 +205,7 @@ def test_the_shim_stops_a_standby_the_moment_its_verdict_is_not_ok(tmp_path) -> 
     assert b"ready" not in out.read_bytes()  # round 0 not closed yet: the agent waits
     log = EventLog(str(tmp_path / "events.jsonl"), "node")
     for node in ("n1", "n2", "n3"):
-        log.emit("rendezvous", node=node, group_rank=0, world=3)
+        log.emit(EventKind.RENDEZVOUS, node=node, group_rank=0, world=3)
     wait_for(lambda: b"ready" in out.read_bytes(), "the standby's agent never started")
     verdict(tmp_path / "n4.json", "fail")
     assert p.wait(timeout=30) == 0
