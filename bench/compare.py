@@ -86,7 +86,7 @@ DENSITIES = {
 
 def sparse_seed(steps: int = 300, world: int = 3, start: int = 0) -> int:
     """The first seed whose 4-fault schedule has one fault of each type, 30+ steps apart."""
-    from resilient_slurm.training.faults import FAULT_TYPES, compute_schedule
+    from resilient_slurm_lab.faults.injector import FAULT_TYPES, compute_schedule
 
     for seed in range(start, start + 10000):
         s = compute_schedule(4, seed, list(FAULT_TYPES), steps, world, [0.25] * 4)

@@ -1,4 +1,6 @@
-"""Runs ``sbatch/train_fsdp.py``, unless this node's simulated GPU has fallen off the bus.
+"""Runs ``sbatch/train_fsdp.py`` through the lab's fault wrapper
+(``lab/resilient_slurm_lab/faults/train.py``, which takes the fault flags), unless this node's
+simulated GPU has fallen off the bus.
 
 On real hardware a process started on a node whose GPU is lost (Xid 79) fails at CUDA init,
 every time, until the node is repaired. The sandbox simulates the GPU only for the health
@@ -15,9 +17,8 @@ import os
 import runpy
 import sys
 
-from resilient_slurm.training.faults import simulated_gpu_lost
-
-TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sbatch", "train_fsdp.py")
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as TRAIN
+from resilient_slurm_lab.faults.injector import simulated_gpu_lost
 
 
 def gpu_lost() -> str | None:

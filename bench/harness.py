@@ -23,11 +23,14 @@ from mechanisms import schedule_check
 
 from resilient_slurm.events import EventKind, read_events
 from resilient_slurm.launcher.report import report
-from resilient_slurm.training.faults import Fault, compute_schedule
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as faults_train
+from resilient_slurm_lab.faults.injector import Fault, compute_schedule
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TRAIN_SCRIPT = REPO / "sbatch" / "train_fsdp.py"
+# The example with the lab's fault flags (Workload.train_args' faults go to it).
+FAULTS_TRAIN = Path(faults_train)
 GATED_TRAIN = REPO / "bench" / "gated_train.py"
 JOBS = REPO / "bench" / "jobs"
 FSDP_SBATCH = REPO / "sbatch" / "fsdp.sbatch"

@@ -48,7 +48,7 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
     lifecycle.make_user_dir(d, lifecycle.job_user(c.root), mode=0o755)
     ckpt = os.path.join(d, "ckpt")
     env = {**harness.resilient_env(40.0, min_nodes=2), "PYTHON": str(harness.BIN / "python"),
-           "TRAIN_SCRIPT": str(harness.REPO / "sbatch" / "train_fsdp.py"),
+           "TRAIN_SCRIPT": str(harness.FAULTS_TRAIN),  # the example, with --fault
            "FT_INITIAL_HB_TIMEOUT": "180",
            # the memory tiers: a folder per simulated node (they share this host's /dev/shm)
            "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}")}

@@ -43,7 +43,7 @@ SLOW_FROM = 10
 def job_script(work: str, launch: list[str], train: list[str]) -> Path:
     argv = [str(harness.BIN / "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
             "--heartbeat-timeout=30", "--initial-heartbeat-timeout=120", "--term-timeout=5",
-            *launch, str(harness.TRAIN_SCRIPT), *train]
+            *launch, str(harness.FAULTS_TRAIN), *train]
     path = Path(work) / "job.sbatch"
     path.write_text("#!/bin/bash\nexec " + " ".join(argv) + "\n")
     return path

@@ -1,5 +1,5 @@
-"""Example resilient training: a small transformer under FSDP2 with async checkpoints,
-NVRx heartbeats and seeded fault injection.
+"""Example resilient training: a small transformer under FSDP2 with async checkpoints and
+NVRx heartbeats.
 
 Runs under ``ft_launcher`` (NVRx), plain ``torchrun``, or alone (one process). gloo on CPU,
 NCCL on GPUs, chosen automatically. Resumes bitwise-exactly from the newest committed save
@@ -15,9 +15,13 @@ Events (rank 0, to ``$RESILIENT_EVENTS_FILE`` when set, source ``training``): ``
 (step resumed from, 0 = fresh), ``progress`` (step, loss, step_time) every ``--log-every``
 steps and at each commit, ``checkpoint`` (step, stall) when a save is committed, ``complete``
 (step, digest), ``stopped`` (step, signal) after SIGTERM/SIGUSR1: all ranks save the same step,
-wait for its commit and exit 143. Faults (every rank): ``fault`` (step, rank, type, node).
-``step_timing`` every ``--step-timing-every`` steps: per node, compute and collective-wait
-seconds per step (``training.steptime``), to find stragglers; its cost is printed at the end."""
+wait for its commit and exit 143. ``step_timing`` every ``--step-timing-every`` steps: per
+node, compute and collective-wait seconds per step (``training.steptime``), to find
+stragglers; its cost is printed at the end.
+
+``main(argv, hooks=...)`` takes hooks called around every step (``training.step_hooks``: none
+by default); the lab's fault injection wraps this script through them
+(``python -m resilient_slurm_lab.faults.train``)."""
 
 from __future__ import annotations
 
@@ -58,14 +62,8 @@ from resilient_slurm.sbatch.train_common import (
 from resilient_slurm.training import fsdp_state, memory_tiers, ordered_reduce
 from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.digest import tensor_digest
-from resilient_slurm.training.faults import (
-    FaultConfigError,
-    FaultInjector,
-    FaultOptions,
-    parse_targeted,
-    simulated_gpu_lost,
-)
 from resilient_slurm.training.liveness import Liveness
+from resilient_slurm.training.step_hooks import RankInfo, StepHooksFactory, no_hooks
 from resilient_slurm.training.steptime import StepTimer
 from resilient_slurm.training.stop import EXIT_STOPPED, StopSignal
 
@@ -103,19 +101,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--pg-timeout", type=float, default=300.0,
                    help="process-group timeout in seconds (how long healthy ranks wait)")
-    p.add_argument("--fault-count", type=int, default=None, help="env RESILIENT_FAULT_COUNT")
-    p.add_argument("--fault-seed", type=int, default=None, help="env RESILIENT_FAULT_SEED")
-    p.add_argument("--fault-types", default=None,
-                   help="comma list of exception,hang,sigkill,node (env RESILIENT_FAULT_TYPES)")
-    p.add_argument("--fault-type-weights", default=None,
-                   help="comma list matching --fault-types (env RESILIENT_FAULT_TYPE_WEIGHTS)")
-    p.add_argument("--fault-state-dir", default=None,
-                   help="default <checkpoint-dir>/faults (env RESILIENT_FAULT_STATE_DIR)")
-    p.add_argument("--fault", action="append", default=[], metavar="TYPE@STEP[@WHERE]",
-                   help="a targeted fault (repeatable): TYPE exception|hang|sigkill|node|crash, "
-                        "WHERE a node name or rankN (default rank0); crash fires every time; "
-                        "slow@STEP@NODE[:FACTOR]: that node computes FACTOR (2) times slower "
-                        "from STEP on")
     p.add_argument("--step-timing-every", type=int,
                    default=int(os.environ.get("RESILIENT_STEP_TIMING_EVERY", "10")),
                    help="emit per-node compute/wait timing every N steps (0: off; env "
@@ -147,27 +132,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 ADAPT_AFTER = 10  # steps of heartbeats before the heartbeat timeout is calculated
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, hooks: StepHooksFactory = no_hooks) -> int:
+    """Train; ``hooks`` builds each rank's calls around its steps (none by default)."""
     args = parse_args(argv)
-    try:
-        targeted = parse_targeted(args.fault)
-    except FaultConfigError as exc:
-        print(f"train_fsdp.py: {exc}", file=sys.stderr)
-        return 2
     if args.step_timing_every < 0:
         print("train_fsdp.py: --step-timing-every must be >= 0", file=sys.stderr)
         return 2
     if args.virtual_dp is not None and args.virtual_dp < 1:
         print("train_fsdp.py: --virtual-dp must be >= 1", file=sys.stderr)
         return 2
-    lost = simulated_gpu_lost()
-    if lost:  # the sandbox's stand-in for CUDA init failing on a node whose GPU is gone
-        print(f"train_fsdp.py: CUDA init failed: {lost}", file=sys.stderr, flush=True)
-        return 1
     if args.inprocess:
         from resilient_slurm.sbatch.train_inprocess import run_inprocess
 
-        return run_inprocess(args, targeted)
+        return run_inprocess(args, hooks)
     rank, world, local_rank, device = setup_distributed(args.pg_timeout, args.threads)
     events_path = os.environ.get("RESILIENT_EVENTS_FILE")
     events = EventLog(events_path, "training", rank=0) if events_path and rank == 0 else None
@@ -178,12 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[train rank0] {msg}", flush=True)
 
     liveness = Liveness()
-    faults = FaultOptions.from_env(count=args.fault_count, seed=args.fault_seed,
-                                   types=args.fault_types, weights=args.fault_type_weights,
-                                   state_dir=args.fault_state_dir)
-    injector = FaultInjector(faults, args.steps, rank, world,
-                             state_dir=os.path.join(args.checkpoint_dir, "faults"),
-                             targeted=targeted, local_rank=local_rank)
+    step_hooks = hooks(RankInfo(rank, world, local_rank, args.steps, args.checkpoint_dir))
 
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -216,10 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"keeping the saved --virtual-dp {saved_vdp} (asked {args.virtual_dp}): the global "
             "batch is fixed for the job's life")
     shards = ordered_reduce.VirtualShards(saved_vdp or args.virtual_dp or world, world, rank)
-    injector.set_world(shards.virtual_dp, world)
-    if injector.schedule:
-        log("fault schedule: " + ", ".join(f"step {f.step} rank {f.rank} {f.type}"
-                                           for f in injector.schedule))
+    step_hooks.set_world(shards.virtual_dp, world)
+    if (planned := step_hooks.plan()) is not None:
+        log(planned)
     if not ordered_reduce.install(model, shards):
         log("this torch has no FSDP custom reduce-scatter: gradients are averaged by FSDP, "
             "so a resume on another world size is not bitwise exact")
@@ -249,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             if hb is not None:
                 log(f"heartbeat timeout adapted to {hb:.1f} s (NVRx's calculation from "
                     f"{ADAPT_AFTER} steps, floor {adapt_floor:g} s)")
-        injector.maybe_fire(step)
+        step_hooks.before_step(step)
         t0 = time.perf_counter()
         timer.start_step()
         losses = []
@@ -270,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
         compute = timer.compute_so_far() if timer.enabled else time.perf_counter() - t0
-        delay = injector.slowdown(step, compute)  # a seeded straggler computes slower
+        delay = step_hooks.after_compute(step, compute)
         if delay > 0:
             time.sleep(delay)
         step_time = time.perf_counter() - t0

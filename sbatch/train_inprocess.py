@@ -49,8 +49,8 @@ from resilient_slurm.sbatch.train_common import (
 from resilient_slurm.training import fsdp_state, inprocess, ordered_reduce
 from resilient_slurm.training import inprocess_timeouts as ip_timeouts
 from resilient_slurm.training.digest import tensor_digest
-from resilient_slurm.training.faults import FaultInjector, FaultOptions, Targeted
 from resilient_slurm.training.liveness import Liveness
+from resilient_slurm.training.step_hooks import RankInfo, StepHooksFactory
 
 
 def _load_disk(ckpt: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -67,7 +67,7 @@ def _load_disk(ckpt: Checkpointer, model: nn.Module, optimizer: torch.optim.Opti
     return start, states[0].get("virtual_dp"), None
 
 
-def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targeted],
+def train(ctx: inprocess.Context, args: argparse.Namespace, hooks: StepHooksFactory,
           liveness: Liveness) -> str:
     marks = [time.perf_counter()]
     ctx.init_process_group()
@@ -81,12 +81,8 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
         if rank == 0:
             print(f"[train rank0 it{ctx.iteration}] {msg}", flush=True)
 
-    faults = FaultOptions.from_env(count=args.fault_count, seed=args.fault_seed,
-                                   types=args.fault_types, weights=args.fault_type_weights,
-                                   state_dir=args.fault_state_dir)
-    injector = FaultInjector(faults, args.steps, rank, world,
-                             state_dir=os.path.join(args.checkpoint_dir, "faults"),
-                             targeted=targeted, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+    step_hooks = hooks(RankInfo(rank, world, int(os.environ.get("LOCAL_RANK", 0)), args.steps,
+                                args.checkpoint_dir))
     torch.manual_seed(args.seed)
     model = TinyTransformer(args.vocab, args.d_model, args.layers, args.heads, args.seq_len)
     for block in model.blocks:
@@ -110,7 +106,7 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     if rng is not None:
         set_rng_state(rng)
     shards = ordered_reduce.VirtualShards(vdp, world, rank)
-    injector.set_world(vdp, world)
+    step_hooks.set_world(vdp, world)
     ordered_reduce.install(model, shards)
     marks.append(time.perf_counter())
     phases = " ".join(f"{name} {b - a:.3f}" for name, a, b in
@@ -129,7 +125,7 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, targeted: list[Targe
     loss_value, step_time = math.nan, 0.0
     for step in range(start + 1, args.steps + 1):
         liveness.beat()
-        injector.maybe_fire(step)
+        step_hooks.before_step(step)
         t1 = time.perf_counter()
         losses = []
         for rnd in range(shards.rounds):
@@ -194,7 +190,7 @@ def _warm_up(args: argparse.Namespace) -> None:
     nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1)).backward()
 
 
-def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
+def run_inprocess(args: argparse.Namespace, hooks: StepHooksFactory) -> int:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
     try:
@@ -211,7 +207,7 @@ def run_inprocess(args: argparse.Namespace, targeted: list[Targeted]) -> int:
     _warm_up(args)
     liveness = Liveness()  # one NVRx heartbeat client for the process's life
     try:
-        digest = inprocess.run(lambda ctx: train(ctx, args, targeted, liveness), settings)
+        digest = inprocess.run(lambda ctx: train(ctx, args, hooks, liveness), settings)
     except inprocess.RequirementError as exc:
         print(f"train_fsdp.py: {exc}", file=sys.stderr)
         return 2

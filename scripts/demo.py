@@ -128,7 +128,7 @@ def main() -> int:
         ckpt = os.path.join(work, "job", "ckpt")
         state_dir = os.path.join(ckpt, ".resilient")
         events = os.path.join(state_dir, "events.jsonl")
-        env = {"TRAIN_SCRIPT": str(TRAIN_SCRIPT), "PYTHON": str(BIN / "python"),
+        env = {"TRAIN_SCRIPT": str(harness.FAULTS_TRAIN), "PYTHON": str(BIN / "python"),
                **harness.resilient_env(),
                # the sandbox's nodes share this host's /dev/shm: one memory folder per node
                "RESILIENT_TIER1_DIR": os.path.join(work, "job", "shm", "{node}"),

@@ -78,7 +78,8 @@ pip=("$venv/bin/python" "$pipwhl/pip" install --no-index --find-links "$wheels"
 {
     "${pip[@]}" "setuptools>=77" wheel
     # The project from this checkout (not a prebuilt wheel): the proof runs the code in the tree;
-    # the lab beside it (its NVML hang over the real driver: the nvml-hang step).
+    # the lab beside it (its NVML hang over the real driver: the nvml-hang step; the fault
+    # wrapper the restart step runs).
     "${pip[@]}" --no-build-isolation "$repo" "$repo/lab" nvidia-resiliency-ext numpy
 } > "$out/install.log" 2>&1 || {
     echo "gpu-proof: offline install failed (see $out/install.log):" >&2

@@ -28,6 +28,8 @@ from gpu_proof_report import INSTALL_CAP_S, Line, finish, install_line
 from gpu_proof_scale import scale_step
 from gpu_proof_tiers import tiers_step
 
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_TRAIN
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "sbatch", "train_fsdp.py")
 BUDGET_S = 600  # the whole device run, install included: 10 minutes
@@ -212,7 +214,7 @@ class Proof:
 
     def train(self, name: str, argv: list[str], cap: float) -> Run | None:
         """Run a training command on the GPU; in a dry run, parse its arguments instead."""
-        script = argv.index(TRAIN)
+        script = next(i for i, a in enumerate(argv) if a in (TRAIN, FAULTS_TRAIN))
         if self.dry or not self.gpu:
             why = "dry run" if self.dry else self.no_gpu
             self.add(Line(name, "SKIP", f"{why}: planned `{' '.join(argv[script:])[:300]}`",
@@ -221,10 +223,16 @@ class Proof:
         return self.run(name, argv, cap)
 
     def plan_check(self, argv: list[str], script: int) -> str:
-        """Arguments parse as train_fsdp.py parses them; ft_launcher has the flags used."""
-        mod = self._train_module()
-        args = mod.parse_args(argv[script + 1:])
-        mod.parse_targeted(args.fault)
+        """Arguments parse as train_fsdp.py parses them (the fault flags as the lab's wrapper
+        does); ft_launcher has the flags used."""
+        rest = argv[script + 1:]
+        if argv[script] == FAULTS_TRAIN:
+            from resilient_slurm_lab.faults import train as wrapper
+            from resilient_slurm_lab.faults.injector import parse_targeted
+
+            faults, rest = wrapper.parser().parse_known_args(rest)
+            parse_targeted(faults.fault)
+        self._train_module().parse_args(rest)
         if script > 1:  # under ft_launcher
             flags = [a.split("=")[0] for a in argv[1:script] if a.startswith("--")]
             missing = [f for f in flags if f not in self.launcher_help(argv[0])]
@@ -272,7 +280,8 @@ class Proof:
         events = os.path.join(self.scratch, "faults-events.jsonl")
         launcher = os.path.join(os.path.dirname(sys.executable), "ft_launcher")
         newer = [f for f in FT_IF_KNOWN if f.split("=")[0] in self.launcher_help(launcher)]
-        argv = [launcher, *FT, *newer, TRAIN, "--checkpoint-dir", d, *self.small, *FAULTS]
+        argv = [launcher, *FT, *newer, FAULTS_TRAIN, "--checkpoint-dir", d, *self.small,
+                *FAULTS]
         self.env["RESILIENT_EVENTS_FILE"] = events
         try:
             r = self.train("train-faults", argv, cap)

@@ -29,7 +29,9 @@ NOT_SHIPPED = {"healthcheck/README.md", "training/README.md"}
 LAB_ONLY = ("resilient_slurm/sandbox/", "resilient_slurm_lab/",
             # simulated hardware (the lab's resilient_slurm_lab/hardware/ since issue 41)
             "resilient_slurm/healthcheck/scenarios/", "resilient_slurm/healthcheck/fakes.py",
-            "resilient_slurm/healthcheck/simulate.py", "resilient_slurm/healthcheck/klogfile.py")
+            "resilient_slurm/healthcheck/simulate.py", "resilient_slurm/healthcheck/klogfile.py",
+            # fault injection (the lab's resilient_slurm_lab/faults/)
+            "resilient_slurm/training/faults.py")
 
 
 def _pyproject() -> dict:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from resilient_slurm.training.faults import Fault
+from resilient_slurm_lab.faults.injector import Fault
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 harness: Any = importlib.import_module("harness")  # bench/ scripts: no package, no types

@@ -30,7 +30,7 @@ def _save(root: str, step: int, world: int = 2, session: str = "s1") -> str:
 
 def test_layout_module_does_not_import_torch() -> None:
     code = ("import sys; import resilient_slurm.checkpoint.layout as l, "
-            "resilient_slurm.training.faults as f; "
+            "resilient_slurm_lab.faults.injector as f; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

@@ -14,9 +14,13 @@ import warnings
 
 from resilient_slurm.events import read_events
 from resilient_slurm.launcher.report import report
+from resilient_slurm_lab.faults import TRAIN_SCRIPT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "sbatch", "train_fsdp.py")
+# The jobs ``submit`` runs: the example through the lab's fault wrapper, which takes the tests'
+# fault flags (--fault TYPE@STEP[@WHERE]) and passes every other argument to the example.
+FAULTS_TRAIN = TRAIN_SCRIPT
 BIN = os.path.dirname(sys.executable)
 HEARTBEAT_TIMEOUT = 8
 # One thread per rank (BLAS results depend on the thread count; 3 nodes share 2 cores here).
@@ -55,7 +59,7 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
             "--term-timeout=3", "--health-timeout=20",
             # where the sandbox's hooks publish each node's verdict (one directory, as on a
             # site that shares it); a test's own --verdict-path in LAUNCH comes later and wins
-            f"--verdict-path={sandbox.p('verdicts', '{node}.json')}", *launch, TRAIN,
+            f"--verdict-path={sandbox.p('verdicts', '{node}.json')}", *launch, FAULTS_TRAIN,
             "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
     # memory tiers (--inprocess, --memory-tiers): the sandbox's nodes share this host's
     # /dev/shm, so each node gets its own folder, as each real node has its own memory

@@ -21,8 +21,8 @@ import pytest
 from launch_helpers import (  # type: ignore[import-not-found]
     BIN,
     COMMON,
+    FAULTS_TRAIN,
     HEARTBEAT_TIMEOUT,
-    TRAIN,
     kinds,
     wait_job,
 )
@@ -39,7 +39,7 @@ def submit_as_user(sbx, user, nodes: int, launch: list[str], train: list[str],
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1",
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
             "--term-timeout=3", "--health-timeout=20",
-            f"--verdict-path={sbx.p('verdicts', '{node}.json')}", *launch, TRAIN,
+            f"--verdict-path={sbx.p('verdicts', '{node}.json')}", *launch, FAULTS_TRAIN,
             "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:

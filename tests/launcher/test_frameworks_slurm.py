@@ -100,7 +100,7 @@ class Job:
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_framework_script_unchanged(slurm, clean, tmp_path, framework):
-    from resilient_slurm.training.faults import NODE_SCENARIO
+    from resilient_slurm_lab.faults.injector import NODE_SCENARIO
     from resilient_slurm_lab.hardware.simulate import install_scenario
 
     module, script, args, ckpt = FRAMEWORKS[framework]

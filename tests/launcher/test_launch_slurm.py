@@ -17,9 +17,9 @@ import pytest
 from launch_helpers import (  # type: ignore[import-not-found]
     BIN,
     COMMON,
+    FAULTS_TRAIN,
     HEARTBEAT_TIMEOUT,
     TERMINAL,
-    TRAIN,
     fault_free,
     handled,
     kinds,
@@ -323,7 +323,7 @@ def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
             "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
-            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
+            *launch, FAULTS_TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
             *COMMON, *train]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:

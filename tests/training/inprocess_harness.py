@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from resilient_slurm.events import read_events
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_TRAIN
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "sbatch" / "train_fsdp.py"
+SCRIPT = Path(FAULTS_TRAIN)  # train_fsdp.py through the lab's fault wrapper (--fault)
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilient_slurm.events import read_events
-from resilient_slurm.training.faults import (
+from resilient_slurm_lab.faults.injector import (
     FAULT_TYPES,
     Fault,
     FaultConfigError,
@@ -160,7 +160,7 @@ def test_targeted_fault_fires_on_its_node_once_and_crash_every_time(tmp_path) ->
 
 NODE_FAULT_CHILD = """
 import sys
-from resilient_slurm.training.faults import FaultInjector, FaultOptions
+from resilient_slurm_lab.faults.injector import FaultInjector, FaultOptions
 inj = FaultInjector(FaultOptions(count=1, seed=0, types=("node",)), steps=10, rank=0,
                     world_size=1, state_dir=sys.argv[1])
 for step in range(10):
@@ -213,7 +213,7 @@ def test_a_node_fault_lasts_a_restart_on_that_node_fails_at_start(tmp_path) -> N
 
     env = {"RESILIENT_SANDBOX_DIR": str(tmp_path / "sbx"), "SLURMD_NODENAME": "node3"}
     install_scenario(str(tmp_path / "sbx" / "nodes" / "node3"), "xid79")
-    train = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
+    from resilient_slurm_lab.faults import TRAIN_SCRIPT as train
     started = subprocess.run([sys.executable, train, "--checkpoint-dir", str(tmp_path / "ck"),
                               "--steps=1"], env={**os.environ, **env}, capture_output=True,
                              text=True, timeout=120)

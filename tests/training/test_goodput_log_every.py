@@ -13,6 +13,7 @@ import pytest
 
 from resilient_slurm import goodput
 from resilient_slurm.events import read_events
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_TRAIN
 
 pytestmark = pytest.mark.train
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ BIN = Path(sys.executable).parent
 def _train(tmp_path: Path, *extra: str) -> int:
     env = {**os.environ, "RESILIENT_EVENTS_FILE": str(tmp_path / "events.jsonl")}
     return subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "1",
-                           str(REPO / "sbatch" / "train_fsdp.py"), "--steps", "60",
+                           FAULTS_TRAIN, "--steps", "60",
                            "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "15",
                            "--step-sleep", "0.2", "--threads", "1", *extra],
                           cwd=tmp_path, env=env, capture_output=True, timeout=600).returncode

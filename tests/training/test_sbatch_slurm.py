@@ -15,15 +15,19 @@ pytest.importorskip("torch")
 
 from resilient_slurm.checkpoint import layout  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_TRAIN  # noqa: E402
 
 SBATCH = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "sbatch"))
 ARGS = ["--steps", "20", "--checkpoint-every", "5", "--seed", "3"]
 
 
-def _submit(sandbox, tmp_path, template: str, name: str, extra: list[str]) -> tuple[str, str]:
+def _submit(sandbox, tmp_path, template: str, name: str, extra: list[str],
+            script: str | None = None) -> tuple[str, str]:
+    """``script``: the template's TRAIN_SCRIPT (default: the example it ships with)."""
     work = tmp_path / name
     work.mkdir()
-    env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
+    env = {**os.environ, **({"TRAIN_SCRIPT": script} if script else {}),
+           "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
            "PATH": os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", ""),
            "RESILIENT_EVENTS_FILE": str(work / "events.jsonl"), "FT_HB_TIMEOUT": "30",
            "FT_INITIAL_HB_TIMEOUT": "120", "PG_TIMEOUT": "60", "FT_TERM_TIMEOUT": "5"}
@@ -60,7 +64,7 @@ def _digests(work: str) -> set[str]:
 @pytest.mark.train
 def test_templates_on_sandbox_same_weights(sandbox, tmp_path) -> None:
     faults = ["--fault-count", "2", "--fault-seed", "4", "--fault-types", "exception,sigkill"]
-    res_job, res = _submit(sandbox, tmp_path, "fsdp.sbatch", "resilient", faults)
+    res_job, res = _submit(sandbox, tmp_path, "fsdp.sbatch", "resilient", faults, FAULTS_TRAIN)
     base_job, base = _submit(sandbox, tmp_path, "fsdp-baseline.sbatch", "baseline", [])
     assert _wait(sandbox, res_job, 420) == "COMPLETED", open(
         os.path.join(res, f"slurm-{res_job}.out")).read()[-3000:]

@@ -126,7 +126,7 @@ def test_report_only_every_n_steps_or_forced(tmp_path, group) -> None:
 def test_train_fsdp_reports_the_slow_node(tmp_path) -> None:
     """Two ranks on two 'nodes'; node1 slowed 3x from step 6: its compute is the higher and
     its wait the lower in every report after the slowdown."""
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
+    from resilient_slurm_lab.faults import TRAIN_SCRIPT as script  # the example, with --fault
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

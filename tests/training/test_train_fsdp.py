@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 
 from resilient_slurm.checkpoint import layout  # noqa: E402
 from resilient_slurm.events import read_events  # noqa: E402
+from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_SCRIPT  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "sbatch", "train_fsdp.py")
 BIN = os.path.dirname(sys.executable)
@@ -69,7 +70,7 @@ def test_faults_restarted_by_ft_launcher_end_bitwise_equal(tmp_path, reference) 
     out = _run([os.path.join(BIN, "ft_launcher"), "--standalone", "--nproc-per-node", "2",
                 "--max-restarts", "4", "--monitor-interval", "0.5", "--term-timeout", "5",
                 "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "10",
-                "--ft-enable-nic-monitor=false", SCRIPT, "--checkpoint-dir", ckpt, *TRAIN,
+                "--ft-enable-nic-monitor=false", FAULTS_SCRIPT, "--checkpoint-dir", ckpt, *TRAIN,
                 *FAULTS], env, 420)
     assert _digests(out) == [reference, reference], out[-3000:]
     events = list(read_events(env["RESILIENT_EVENTS_FILE"]))
@@ -96,7 +97,7 @@ def test_torchrun_resume_is_bitwise_exact(tmp_path, reference) -> None:
 
 
 def test_same_fault_seed_same_schedule_in_two_runs() -> None:
-    argv = [sys.executable, "-m", "resilient_slurm.training.faults", "--count", "5", "--seed",
+    argv = [sys.executable, "-m", "resilient_slurm_lab.faults.injector", "--count", "5", "--seed",
             "42", "--types", "exception,hang,sigkill,node", "--weights", "0.4,0.2,0.2,0.2",
             "--steps", "200", "--world-size", "4"]
     runs = [subprocess.run(argv, capture_output=True, text=True, check=True).stdout
@@ -109,8 +110,9 @@ def test_node_fault_outside_sandbox_fails_loudly(tmp_path) -> None:
     env = _env(tmp_path)
     env.pop("RESILIENT_SANDBOX_DIR", None)
     env.pop("SLURMD_NODENAME", None)
-    proc = subprocess.run([sys.executable, SCRIPT, "--checkpoint-dir", str(tmp_path / "c"),
-                           "--steps", "5", "--fault-count", "1", "--fault-types", "node"],
+    proc = subprocess.run([sys.executable, FAULTS_SCRIPT, "--checkpoint-dir",
+                           str(tmp_path / "c"), "--steps", "5", "--fault-count", "1",
+                           "--fault-types", "node"],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode != 0
     assert "RESILIENT_SANDBOX_DIR" in proc.stderr
@@ -190,11 +192,26 @@ def test_elastic_resume_on_fewer_ranks_is_bitwise_exact(tmp_path) -> None:
 
 @pytest.mark.train
 def test_bad_targeted_fault_is_a_usage_error(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, SCRIPT, "--checkpoint-dir", str(tmp_path / "c"),
-                           "--fault", "boom@3"], env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run([sys.executable, FAULTS_SCRIPT, "--checkpoint-dir",
+                           str(tmp_path / "c"), "--fault", "boom@3"], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "bad fault 'boom@3'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.train
+def test_the_example_is_only_a_training_script(tmp_path) -> None:
+    """The users' example takes no fault flags (they are the lab wrapper's) and its help names
+    none."""
+    proc = subprocess.run([sys.executable, SCRIPT, "--checkpoint-dir", str(tmp_path / "c"),
+                           "--fault", "exception@3"], env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "unrecognized arguments: --fault" in proc.stderr
+    helped = subprocess.run([sys.executable, SCRIPT, "--help"], env=_env(tmp_path),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert helped.returncode == 0 and "--steps" in helped.stdout
+    assert "--fault" not in helped.stdout and "RESILIENT_FAULT" not in helped.stdout
+    assert not os.path.exists(tmp_path / "c")
 
 
 @pytest.mark.skipif(shutil.which("ft_launcher", path=BIN) is None, reason="no ft_launcher")
@@ -210,7 +227,7 @@ def test_adapted_heartbeat_timeout_finds_the_hang_early(tmp_path, reference) -> 
                 "--max-restarts", "2", "--monitor-interval", "0.5", "--term-timeout", "5",
                 "--ft-initial-rank-heartbeat-timeout", "120", "--ft-rank-heartbeat-timeout", "60",
                 "--ft-workload-check-interval", "0.25", "--ft-enable-nic-monitor=false",
-                SCRIPT, "--checkpoint-dir", ckpt, *TRAIN, "--fault", "hang@16@rank1"],
+                FAULTS_SCRIPT, "--checkpoint-dir", ckpt, *TRAIN, "--fault", "hang@16@rank1"],
                env, 420)
     assert _digests(out) == [reference, reference], out[-3000:]
     assert re.search(r"heartbeat timeout adapted to [\d.]+ s", out), out[-3000:]

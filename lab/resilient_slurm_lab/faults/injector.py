@@ -1,4 +1,4 @@
-"""Deterministic, seeded fault injection (torch-free).
+"""Deterministic, seeded fault injection (torch-free): the lab's, never in the product.
 
 A schedule is a pure function of ``(count, seed, types, weights, steps, world_size)``: the same
 inputs give the same ``(step, rank, type)`` list in every launcher, so mechanisms are compared
@@ -10,10 +10,11 @@ first because a SIGKILL leaves no chance to write afterwards). When the resumed 
 the step, the marker exists and the fault is skipped.
 
 Types: ``exception`` (raises :class:`InjectedFault`), ``hang`` (sleeps forever: heartbeats stop),
-``sigkill`` (the process kills itself with SIGKILL), ``node`` (the lab installs the ``xid79``
-scenario in the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then
-SIGKILL). A node fault lasts: :func:`simulated_gpu_lost` stands in for CUDA init failing on a node
-whose GPU fell off the bus; the training calls it first, so a restart there fails until repair.
+``sigkill`` (the process kills itself with SIGKILL), ``node`` (installs the ``xid79`` scenario in
+the sandbox node directory ``$RESILIENT_SANDBOX_DIR/nodes/$SLURMD_NODENAME``, then SIGKILL). A
+node fault lasts: :func:`simulated_gpu_lost` is the sandbox's stand-in for CUDA init failing on a
+node whose GPU fell off the bus; the wrapper (``faults/train.py``) calls it before training, so a
+restart there fails at once, as it would on a cluster, until the node is repaired.
 
 Targeted faults (``--fault TYPE@STEP[@WHERE]``, for tests and demos that need a fault on a given
 node): ``WHERE`` is a node name (fires on that node's local rank 0) or ``rankN`` (default
@@ -24,7 +25,7 @@ time the step is reached (a deterministic bug, which no restart can get past), a
 as long as the node takes part (a straggler: the training calls :meth:`FaultInjector.slowdown`
 after each step's compute and sleeps what it says). Its ``fault`` event is emitted once.
 
-Environment (flags win over env): ``RESILIENT_FAULT_COUNT``, ``RESILIENT_FAULT_SEED``,
+Environment (the wrapper's flags win over env): ``RESILIENT_FAULT_COUNT``, ``RESILIENT_FAULT_SEED``,
 ``RESILIENT_FAULT_TYPES``, ``RESILIENT_FAULT_TYPE_WEIGHTS``, ``RESILIENT_FAULT_STATE_DIR``.
 Every fired fault is appended as event ``kind=fault`` to ``$RESILIENT_EVENTS_FILE`` when set.
 """
@@ -36,12 +37,10 @@ import os
 import random
 import re
 import signal
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from resilient_slurm import proc
 from resilient_slurm.events import EventKind, EventLog
 from resilient_slurm.events import Fault as FaultEvent
 
@@ -367,15 +366,16 @@ class FaultInjector:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _node(self, fault: Fault) -> None:
-        """The lab's command (never imported here) gives the node NODE_SCENARIO; SIGKILL."""
-        argv = [sys.executable, "-m", "resilient_slurm.cli", "hardware", "install"]
-        if not (out := proc.run([*argv, str(self.node_dir), NODE_SCENARIO], 60)).ok:
-            raise OSError(f"installing {NODE_SCENARIO} in {self.node_dir}: {out.describe()}")
+        """The node gets NODE_SCENARIO (the lab's simulated hardware); SIGKILL."""
+        from resilient_slurm_lab.hardware.simulate import install_scenario
+
+        assert self.node_dir is not None
+        install_scenario(self.node_dir, NODE_SCENARIO)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print a schedule as JSON lines: ``python -m resilient_slurm.training.faults --count 5
+    """Print a schedule as JSON lines: ``python -m resilient_slurm_lab.faults.injector --count 5
     --seed 42 --types exception,hang --steps 200 --world-size 8``."""
     import argparse
 
