@@ -10,7 +10,7 @@ Layout under a checkpoint directory ``DIR``::
         rank_00001-<session>.done
         COMMITTED                        JSON {step, world_size, session, files, time}
       step_000180/                       a save still being written: no COMMITTED yet
-      faults/                            the lab's fault-injection state (``resilient_slurm_lab.faults``)
+      faults/                            fault-injection state (the lab's)
 
 Protocol:
 
