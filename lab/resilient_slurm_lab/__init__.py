@@ -7,4 +7,7 @@ A second distribution (``resilient-slurm-lab``, ``lab/pyproject.toml``) beside t
 - :mod:`resilient_slurm_lab.sandbox`: a real multi-node Slurm cluster on one host
   (``resilient-slurm sandbox``, registered through the product's ``resilient_slurm.commands``
   entry-point group).
+- :mod:`resilient_slurm_lab.hardware`: simulated hardware for the health checks.
+- :mod:`resilient_slurm_lab.faults`: fault injection for the users' example training, through
+  the example's step hooks (``resilient_slurm.training.step_hooks``).
 """
