@@ -329,7 +329,7 @@ def render_all(out: Path) -> str:
     """results.md, chart.png, cost-curve.png, plan-inputs.json, projection.txt from the parts."""
     from charts import curve_chart, steps_chart
 
-    from resilient_slurm import projection as pj
+    from resilient_slurm_lab.projection import model as pj
 
     parts = load(out)
     lines = ["# Benchmark results", "",

@@ -31,7 +31,9 @@ LAB_ONLY = ("resilient_slurm/sandbox/", "resilient_slurm_lab/",
             "resilient_slurm/healthcheck/scenarios/", "resilient_slurm/healthcheck/fakes.py",
             "resilient_slurm/healthcheck/simulate.py", "resilient_slurm/healthcheck/klogfile.py",
             # fault injection (the lab's resilient_slurm_lab/faults/)
-            "resilient_slurm/training/faults.py")
+            "resilient_slurm/training/faults.py",
+            # the goodput projection (the lab's resilient_slurm_lab/projection/)
+            "resilient_slurm/projection.py", "resilient_slurm/cli/plan.py")
 
 
 def _pyproject() -> dict:
@@ -159,15 +161,17 @@ def test_the_product_names_no_lab_package() -> None:
 
 
 def test_the_wheel_ships_no_lab(wheel_venv: tuple[Path, Path], tmp_path: Path) -> None:
-    """No sandbox in the product's wheel; its `resilient-slurm sandbox` says where it is."""
+    """No lab in the product's wheel; its `resilient-slurm sandbox` and `plan` say where they
+    are."""
     wheel, venv = wheel_venv
     with zipfile.ZipFile(wheel) as zf:
         lab = [n for n in zf.namelist() if n.startswith(LAB_ONLY)]
     assert lab == [], f"the product's wheel ships lab files: {lab[:10]}"
-    res = _run([str(venv / "bin" / "resilient-slurm"), "sandbox", "up", "--nodes", "2"],
-               cwd=tmp_path, env=_env(tmp_path))
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "resilient-slurm-lab" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    for argv in (["sandbox", "up", "--nodes", "2"], ["plan", "--gpus", "1024"]):
+        res = _run([str(venv / "bin" / "resilient-slurm"), *argv], cwd=tmp_path,
+                   env=_env(tmp_path))
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "resilient-slurm-lab" in res.stderr and "Traceback" not in res.stderr, res.stderr
     listed = _run([str(venv / "bin" / "resilient-slurm"), "--help"], cwd=tmp_path,
                   env=_env(tmp_path))
     assert listed.returncode == 0 and "resilient-slurm-lab" in listed.stdout, listed.stdout

@@ -10,4 +10,5 @@ A second distribution (``resilient-slurm-lab``, ``lab/pyproject.toml``) beside t
 - :mod:`resilient_slurm_lab.hardware`: simulated hardware for the health checks.
 - :mod:`resilient_slurm_lab.faults`: fault injection for the users' example training, through
   the example's step hooks (``resilient_slurm.training.step_hooks``).
+- :mod:`resilient_slurm_lab.projection`: the goodput projection, ``resilient-slurm plan``.
 """

@@ -1,9 +1,10 @@
-"""``resilient-slurm``: the admin's command (doctor, install-hooks, report, plan, fleet, repair).
+"""``resilient-slurm``: the admin's command (doctor, install-hooks, report, fleet, repair).
 
 Further command groups plug in from installed distributions through the entry-point group
 :data:`COMMANDS_GROUP` (each entry point names a :class:`click.Command`): the lab
-(``resilient-slurm-lab``, ``lab/`` in the repository) adds ``sandbox`` this way. The product never
-imports the lab; without it, ``resilient-slurm sandbox`` says which distribution provides it.
+(``resilient-slurm-lab``, ``lab/`` in the repository) adds ``sandbox``, ``hardware`` and ``plan``
+this way. The product never imports the lab; without it, each of those commands says which
+distribution provides it (exit 2).
 """
 
 from __future__ import annotations
@@ -26,20 +27,21 @@ def main() -> None:
       doctor    which Slurm backend is in use, and why
       install-hooks  install the prolog/epilog/HealthCheckProgram and print slurm.conf lines
       report    a resilient-launch job's timeline, faults, recovery times and goodput
-      plan      projected goodput per recovery mechanism for a large job (a model)
       fleet     per node and fault class: drains, lost GPU-hours, times to detect/drain/train
 
     \b
     With the lab installed (resilient-slurm-lab: tests, demo and trials on one machine):
       sandbox   a real multi-node Slurm cluster on this host
       hardware  simulated nodes: the scenarios, installing one in a node directory
+      plan      projected goodput per recovery mechanism for a large job (a model fed by
+                the benchmark's measured costs)
     """
 
 
 # The entry-point group other distributions register extra commands in (name = module:command).
 COMMANDS_GROUP = "resilient_slurm.commands"
 # Commands the lab provides: named with the distribution to install when it is absent.
-LAB_COMMANDS = {"sandbox": "resilient-slurm-lab", "hardware": "resilient-slurm-lab"}
+LAB_COMMANDS = {name: "resilient-slurm-lab" for name in ("sandbox", "hardware", "plan")}
 
 
 def _missing(name: str, dist: str) -> click.Command:
@@ -74,14 +76,12 @@ def plugin_commands() -> list[click.Command]:
 def _register() -> None:
     from resilient_slurm.cli.doctor import doctor
     from resilient_slurm.cli.fleet import fleet_command
-    from resilient_slurm.cli.plan import plan_command
     from resilient_slurm.hooks.cli import install_hooks
     from resilient_slurm.hooks.repair_cli import repair_command
     from resilient_slurm.launcher.report.cli import report_command
     main.add_command(doctor)
     main.add_command(install_hooks)
     main.add_command(report_command)
-    main.add_command(plan_command)
     main.add_command(fleet_command)
     main.add_command(repair_command)
     for command in plugin_commands():

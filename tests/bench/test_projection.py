@@ -8,8 +8,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from resilient_slurm import projection as pj
-from resilient_slurm.cli.plan import plan_command
+from resilient_slurm_lab.projection import model as pj
+from resilient_slurm_lab.projection.cli import plan_command
 
 SHARES = {"node": 0.78, "process": 0.12, "hang": 0.1}
 

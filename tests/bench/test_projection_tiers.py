@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_slurm import projection as pj
-from resilient_slurm.cli.plan import plan_command
+from resilient_slurm_lab.projection import model as pj
+from resilient_slurm_lab.projection.cli import plan_command
 
 SHARES = {"node": 0.78, "process": 0.12, "hang": 0.1}
 DISK = {"node": pj.Cost(140), "process": pj.Cost(16), "hang": pj.Cost(31)}
@@ -151,7 +151,7 @@ def test_cli_prints_inputs_and_never_calls_the_target_met(tmp_path) -> None:
     assert bad.exit_code == 2 and "NAME=K:FALLBACK" in bad.output
 
 
-from resilient_slurm.cli import plan as plan_cli  # noqa: E402
+from resilient_slurm_lab.projection import cli as plan_cli  # noqa: E402
 
 secs = st.floats(0, 1e5, allow_nan=False).map(lambda x: round(x, 3))
 

@@ -1,5 +1,5 @@
-"""``resilient-slurm plan``: projected goodput of a large job per recovery mechanism (a model,
-not a measurement).
+"""``resilient-slurm plan`` (the lab's): projected goodput of a large job per recovery
+mechanism (a model, not a measurement).
 
 Inputs: the job size (GPUs, GPUs per node), a failure rate (interruptions per GPU-hour, by
 default Meta's Llama 3 report: 419 unexpected interruptions in 54 days on 16,384 GPUs), how the

@@ -1,4 +1,6 @@
-"""``resilient-slurm plan``: the projection of :mod:`resilient_slurm.projection` for a cluster."""
+"""``resilient-slurm plan`` (the lab's): the projection of
+:mod:`resilient_slurm_lab.projection.model` for a cluster; registered through the product's
+``resilient_slurm.commands`` entry points."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import IO, Any
 
 import click
 
-from resilient_slurm import projection as pj
+from resilient_slurm_lab.projection import model as pj
 
 
 @click.command("plan")
