@@ -21,9 +21,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # a checkout: the lab
+# The checkout this lab runs from (lab/resilient_slurm_lab/sandbox/prom.py: four folders up).
+REPO = str(Path(os.path.realpath(__file__)).parents[3])
 RULES = os.path.join(REPO, "prometheus", "rules.yml")
 PROGRAMS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter"}
 INSTALL = "apt-get install -y --no-install-recommends prometheus prometheus-node-exporter"
