@@ -61,7 +61,7 @@ def one_run(work: str, nodes: int, steps: int, every: int, step_sleep: float,
 def replay(events: list[dict], nodes: list[str], window: int,
            factor: float) -> tuple[float, list[str]]:
     """The highest ratio the launcher's Watch saw, and its verdicts (node: evidence)."""
-    w = straggler.Watch(straggler.Settings(factor=factor, window=window), nodes)
+    w = straggler.Watch(straggler.StragglerSettings(factor=factor, window=window), nodes)
     found: list[str] = []
     for e in events:
         j = w.feed([e])

@@ -21,7 +21,7 @@ from resilient_slurm.launcher.cycle import ft_config, plan, torchrun_args
 from resilient_slurm.launcher.cycle.launch_env import launch_options, script_checkpoint_dir
 from resilient_slurm.launcher.recovery import exclusions, spares, straggler
 from resilient_slurm.launcher.recovery.exits import EXIT_ERROR, EXIT_MEANINGS, EXIT_USAGE
-from resilient_slurm.launcher.settings import Settings
+from resilient_slurm.launcher.settings import SupervisorSettings
 from resilient_slurm.launcher.supervisor import Supervisor
 from resilient_slurm.slurm import SlurmBackend
 from resilient_slurm.training import inprocess_timeouts as ip_timeouts
@@ -271,7 +271,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
              f"{nproc_per_node!r}): the spares' ranks are counted to stand them by")
     # --inprocess: the spares run ranks from the start, standing by inside the training's
     # level 0 (inprocess_plan.worker_env); the launcher keeps every node in the step.
-    cfg = Settings(checkpoint_dir=ckpt, state_dir=sdir, spares=0 if inprocess else spares_k,
+    cfg = SupervisorSettings(checkpoint_dir=ckpt, state_dir=sdir, spares=0 if inprocess else spares_k,
                    min_nodes=min_nodes or train, max_requeues=max_requeues,
                    no_progress_limit=no_progress_limit, max_strikes=max_strikes,
                    verdict_path=verdict_path, max_blame_share=max_blame_share,
@@ -279,7 +279,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                    verdict_wait=verdict_wait, metrics_dir=metrics_dir, job_index=job_index,
                    node_query_interval=node_query_interval,
                    max_restarts=max_restarts, exclusion_ttl=exclusion_ttl,
-                   straggler=straggler.Settings(straggler_factor, straggler_window,
+                   straggler=straggler.StragglerSettings(straggler_factor, straggler_window,
                                                 max_blame_share if 0 < max_blame_share < 1
                                                 else straggler.DEFAULT_MAX_SHARE,
                                                 on_straggler))
@@ -330,7 +330,7 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
 
 
 def _print_plan(slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
-                features: plan.Features, cfg: Settings) -> None:
+                features: plan.Features, cfg: SupervisorSettings) -> None:
     from resilient_slurm.launcher.recovery import evidence, ledger
     from resilient_slurm.launcher.shim.standby import native
 

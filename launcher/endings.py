@@ -34,7 +34,7 @@ from resilient_slurm.launcher.recovery.exits import (
 from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
 from resilient_slurm.launcher.recovery.requeue import budget_for, take, update_pending
 from resilient_slurm.launcher.report import joblog
-from resilient_slurm.launcher.settings import Settings
+from resilient_slurm.launcher.settings import SupervisorSettings
 from resilient_slurm.slurm import SlurmBackend, SlurmError
 
 
@@ -43,7 +43,7 @@ class Endings:
 
     slurm: SlurmBackend
     alloc: plan.Allocation
-    cfg: Settings
+    cfg: SupervisorSettings
     env: dict[str, str]
     log: joblog.JobLog
     node_ledger: ledger.Ledger

@@ -9,7 +9,7 @@ from resilient_slurm.launcher.recovery import exclusions, straggler
 
 
 @dataclass
-class Settings:
+class SupervisorSettings:
     checkpoint_dir: str | None  # None: progress from step reports only
     state_dir: str
     min_nodes: int
@@ -27,7 +27,7 @@ class Settings:
     checkpoint_marker: str | None = None  # the user's own completion-marker file name
     max_restarts: int | None = None  # in-job restarts per cycle, counted for the whole job
     exclusion_ttl: float = exclusions.DEFAULT_TTL_S  # seconds; 0: exclusions never expire
-    straggler: straggler.Settings | None = None  # None: no straggler verdicts
+    straggler: straggler.StragglerSettings | None = None  # None: no straggler verdicts
     lost_node_wait: float = 130.0  # s for Slurm to flag a node whose launcher vanished
     spares: int = 0  # --spares K: standby nodes of the allocation (launcher/recovery/spares.py)
     metrics_dir: str = ""  # --metrics-dir: the job's textfile for node_exporter (job_metrics.py)

@@ -42,7 +42,7 @@ from resilient_slurm.launcher.recovery import (
 )
 from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
 from resilient_slurm.launcher.report import job_metrics, joblog
-from resilient_slurm.launcher.settings import Settings
+from resilient_slurm.launcher.settings import SupervisorSettings
 from resilient_slurm.launcher.shim import standby
 from resilient_slurm.slurm import SlurmBackend
 
@@ -51,7 +51,7 @@ class Supervisor(Endings):
     """One batch script's run of the cycle loop (a requeued script starts a new one)."""
 
     def __init__(self, slurm: SlurmBackend, alloc: plan.Allocation, opts: plan.LaunchOptions,
-                 features: plan.Features, cfg: Settings, env: Mapping[str, str]) -> None:
+                 features: plan.Features, cfg: SupervisorSettings, env: Mapping[str, str]) -> None:
         self.slurm, self.alloc, self.opts, self.cfg = slurm, alloc, opts, cfg
         self.features = features
         self.events_path = os.path.join(cfg.state_dir, "events.jsonl")
@@ -244,9 +244,9 @@ class Supervisor(Endings):
         w = watch.CycleWatch(
             self.slurm, self.log, list(cycle.nodes), started, self.events_path,
             self.cfg.verdict_path,
-            nodewatch.Settings(self.cfg.node_query_interval,
-                               max(60.0, self.opts.heartbeat_timeout or 0.0),
-                               self.cfg.max_blame_share),
+            nodewatch.NodeWatchSettings(self.cfg.node_query_interval,
+                                        max(60.0, self.opts.heartbeat_timeout or 0.0),
+                                        self.cfg.max_blame_share),
             self.cfg.state_check_interval, self.cfg.max_restarts, cycle.cycle_info_dir, mon,
             self.level0, self.progress.note_checkpoint,
             self._evacuation(nodes, started - self.cfg.verdict_max_age, cycle_dir),

@@ -53,7 +53,7 @@ class CycleWatch:
 
     def __init__(self, slurm: SlurmBackend, log: joblog.JobLog, nodes: Sequence[str],
                  since: float, events_path: str, verdict_path: str,
-                 node_settings: nodewatch.Settings, state_check_interval: float,
+                 node_settings: nodewatch.NodeWatchSettings, state_check_interval: float,
                  max_restarts: int | None, cycle_info_dir: str = "",
                  mon: straggler.Monitor | None = None, grace: level0.Level0Grace | None = None,
                  on_state_check: Callable[[], None] = lambda: None,

@@ -194,7 +194,7 @@ def run_inprocess(args: argparse.Namespace, hooks: StepHooksFactory) -> int:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // max(local_world, 1)))
     try:
-        settings = inprocess.Settings.from_env(
+        settings = inprocess.InprocessSettings.from_env(
             soft_timeout=args.soft_timeout, hard_timeout=args.hard_timeout,
             peer_every=args.peer_every, pg_timeout=args.pg_timeout)
         settings.check()

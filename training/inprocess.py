@@ -15,7 +15,7 @@ module makes it work on CPU/gloo and keeps the state that must survive::
             ctx.completed(step, model, optim, extra={"rng": ...})  # memory tiers
         return digest
 
-    result = inprocess.run(train, inprocess.Settings.from_env())
+    result = inprocess.run(train, inprocess.InprocessSettings.from_env())
 
 What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md):
 
@@ -34,7 +34,7 @@ What it adds to stock NVRx 0.4.1 (each measured on this machine, see FINDINGS.md
   launch, so the death of rank 0 does not take them down.
 * **timings**: monitor process interval 0.2 s with progress watchdog 1 s (the monitor skips
   its timeout checks when a timestamp arrives). The Wrapper's timeouts (soft, hard, heartbeat,
-  barrier, completion) are NVRx's own unless set (:class:`Settings`, the environment:
+  barrier, completion) are NVRx's own unless set (:class:`InprocessSettings`, the environment:
   ``training/inprocess_timeouts.py``).
 
 This module must not use ``from __future__ import annotations``: the Wrapper finds the
@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class Settings:
+class InprocessSettings:
     """In-process restart knobs (seconds). ``store`` is ``host:port`` of an external store."""
 
     store: str
@@ -99,7 +99,7 @@ class Settings:
     logfile: str | None = None  # monitor process log, may contain {rank}
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "Settings":
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "InprocessSettings":
         """From the environment (module constants, ``RESILIENT_INPROCESS_<NAME>_TIMEOUT``);
         ``overrides`` not None win. ValueError for a missing store or a bad value."""
         env = dict(os.environ) if env is None else env
@@ -209,7 +209,7 @@ class _Finalize(nvrx.finalize.Finalize):
 class _Kept:
     """What survives a restart besides the user's own objects."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: InprocessSettings) -> None:
         self.settings = settings
         self.memory = MemoryState(settings.peer_every)
         self.sockets = SocketAbort()
@@ -227,7 +227,7 @@ class Context:
     initial_world_size: int
     iteration: int
     lost: list[int]  # initial ranks no longer active (killed or shrunk away)
-    standby: list[int]  # initial ranks standing by (Settings.active_world), not training
+    standby: list[int]  # initial ranks standing by (InprocessSettings.active_world), not training
     store: torch.distributed.Store  # the app store, under this iteration's prefix
     job_store: torch.distributed.Store  # the app store, one prefix for the launch's life
     memory: MemoryState
@@ -322,7 +322,7 @@ def _initial_ranks(call: Any, first: int, end: int) -> set[int]:
         return set(range(state.initial_world_size)) if first == 0 else set()
 
 
-def _app_client(settings: Settings) -> torch.distributed.Store:
+def _app_client(settings: InprocessSettings) -> torch.distributed.Store:
     host, port = settings.host_port()
     return torch.distributed.TCPStore(host, port, is_master=False,
                                       timeout=_td(settings.timeouts()["barrier_timeout"]))
@@ -331,7 +331,7 @@ def _app_client(settings: Settings) -> torch.distributed.Store:
 NODE_KEY = "node"  # job store: node/<initial rank> -> the node's name
 
 
-def _record_node(settings: Settings) -> None:
+def _record_node(settings: InprocessSettings) -> None:
     """Record which node this rank (``RANK``, its initial rank) runs on, once per launch,
     before the Wrapper starts: a standby never enters the training function, and a lost
     rank's node is named from this record."""
@@ -345,7 +345,7 @@ def _record_node(settings: Settings) -> None:
     del client
 
 
-def wrapper(settings: Settings, waker: Waker, sockets: SocketAbort) -> Any:
+def wrapper(settings: InprocessSettings, waker: Waker, sockets: SocketAbort) -> Any:
     host, port = settings.host_port()
     return nvrx.Wrapper(
         store_factory=ExternalStore,
@@ -367,7 +367,7 @@ RequirementError = nccl_requirements.RequirementError
 check_requirements = nccl_requirements.enforce
 
 
-def run(fn: TrainFn, settings: Settings) -> Any:
+def run(fn: TrainFn, settings: InprocessSettings) -> Any:
     """Run ``fn(ctx)`` under in-process restart on every rank (RANK, WORLD_SIZE set); returns
     its value on ranks active at the end, None on ranks left inactive. Call from the main
     thread, before any process group exists. :class:`RequirementError` when NVRx's NCCL

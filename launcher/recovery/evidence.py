@@ -27,8 +27,8 @@ from resilient_slurm.status import FAIL
 
 class EvidenceSettings(Protocol):
     """What the evidence and the spares read of the supervisor's settings
-    (``launcher/settings.py``'s ``Settings``, which imports the exclusions, which import this
-    module)."""
+    (``launcher/settings.py``'s ``SupervisorSettings``, which imports the exclusions, which
+    import this module)."""
 
     verdict_path: str
     verdict_max_age: float

@@ -49,7 +49,7 @@ TROUBLE = frozenset({EventKind.WORKER_FAILED, EventKind.RANK_DISCONNECTED,
 
 
 @dataclass(frozen=True)
-class Settings:
+class NodeWatchSettings:
     query_interval: float = 60.0  # the batched query when nothing else asks for it
     confirm_s: float = 60.0  # no step report for this long: the training has stopped advancing
     max_share: float = 0.5  # blame.blame_cap's share: more bad nodes is a shared fault
@@ -82,7 +82,7 @@ class NodeWatch:
     """One cycle's node watch (see the module doc); ``clock`` is time.monotonic's stand-in."""
 
     def __init__(self, slurm: SlurmBackend, nodes: Sequence[str], since: float,
-                 verdict_path: str, cfg: Settings,
+                 verdict_path: str, cfg: NodeWatchSettings,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.slurm, self.nodes, self.since = slurm, list(nodes), since
         self.verdict_path, self.cfg, self.clock = verdict_path, cfg, clock

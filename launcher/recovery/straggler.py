@@ -46,7 +46,7 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class Settings:
+class StragglerSettings:
     factor: float = DEFAULT_FACTOR
     window: int = DEFAULT_WINDOW
     max_share: float = DEFAULT_MAX_SHARE
@@ -158,7 +158,7 @@ def _others_median(values: Mapping[str, float], node: str) -> float:
     return statistics.median(v for k, v in values.items() if k != node)
 
 
-def judge(history: Sequence[Sample], settings: Settings) -> Judgement:
+def judge(history: Sequence[Sample], settings: StragglerSettings) -> Judgement:
     """Which nodes are stragglers over the newest ``settings.window`` steps. Pure."""
     win = window_of(history, settings.window)
     covered = sum(s.steps for s in win)
@@ -205,7 +205,7 @@ def per_node_speed(history: Iterable[Sample]) -> dict[str, list[tuple[int, float
 class Watch:
     """The launcher's view while a cycle runs: feed it events, ask for new verdicts."""
 
-    def __init__(self, settings: Settings, nodes: Iterable[str]) -> None:
+    def __init__(self, settings: StragglerSettings, nodes: Iterable[str]) -> None:
         self.settings = settings
         self.nodes = set(nodes)
         self.history: list[Sample] = []
@@ -280,7 +280,7 @@ class Monitor:
     """One cycle's straggler watch: :meth:`check` each tick with the events the watch loop's
     tail read since the last tick (``observe.EventTail.fresh``)."""
 
-    def __init__(self, settings: Settings, nodes: Iterable[str]) -> None:
+    def __init__(self, settings: StragglerSettings, nodes: Iterable[str]) -> None:
         self.settings = settings
         self.watch = Watch(settings, nodes)
 
@@ -305,7 +305,7 @@ class Monitor:
         return {v.node: v for v in new if st.policy != "warn"}
 
 
-def prefers_requeue(settings: Settings | None, slow: Iterable[str],
+def prefers_requeue(settings: StragglerSettings | None, slow: Iterable[str],
                     blamed: Iterable[str]) -> bool:
     """``--on-straggler requeue`` and a straggler among the blamed nodes."""
     return settings is not None and settings.policy == "requeue" \

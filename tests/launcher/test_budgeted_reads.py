@@ -31,7 +31,7 @@ def test_a_signal_is_acted_on_while_the_events_file_is_stalled(tmp_path) -> None
     os.mkfifo(events)
     log = joblog.JobLog(str(tmp_path / "launcher-events.jsonl"), "launcher")
     w = watch.CycleWatch(None, log, ["node1"], time.time(), str(events), "",  # type: ignore[arg-type]
-                         nodewatch.Settings(), 5.0, None)
+                         nodewatch.NodeWatchSettings(), 5.0, None)
     out: list[watch.Tick] = []
     th = threading.Thread(target=lambda: out.append(w.tick(Signal.USR1)), daemon=True)
     th.start()

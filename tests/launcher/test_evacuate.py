@@ -38,7 +38,7 @@ def test_a_precursor_without_a_healthy_spare_is_said_once_and_stops_nothing(tmp_
         lambda standby: spares.health(slurm, standby, pattern, time.time(), 300.0, 1, {},
                                       str(tmp_path / "spares"), 5.0))
     w = watch.CycleWatch(slurm, log, nodes, since, events, pattern,
-                         nodewatch.Settings(query_interval=3600), 3600.0, None, evac=evac)
+                         nodewatch.NodeWatchSettings(query_interval=3600), 3600.0, None, evac=evac)
     _publish(pattern, "node2", "warn", since - 10, ["ROW_REMAP_PENDING"])  # stale
     _publish(pattern, "node3", "ok", time.time(), [])
     assert w.tick(Signal.NONE).why == ""

@@ -128,7 +128,8 @@ from resilient_slurm.launcher import supervisor as sup
 from resilient_slurm.launcher.cycle import plan
 from resilient_slurm.slurm import connect
 conf, job, state, pattern, ttl, excluded, nodes = sys.argv[1:8]
-cfg = sup.Settings(checkpoint_dir=None, state_dir=state, min_nodes=1, verdict_path=pattern)
+cfg = sup.SupervisorSettings(checkpoint_dir=None, state_dir=state, min_nodes=1,
+                             verdict_path=pattern)
 cfg.exclusion_ttl = float(ttl)
 alloc = plan.Allocation(job_id=int(job), nodes=tuple(json.loads(nodes)))
 s = sup.Supervisor(connect(conf=conf, backend="cli", timeout=10), alloc,

@@ -132,7 +132,7 @@ def test_the_steps_end_writes_the_lines_a_tick_did_not_see(tmp_path: Path) -> No
     log, out = log_in(tmp_path)
     log.wait_for_resume = True
     w = watch.CycleWatch(None, log, ["node1"], 0.0, str(path), "",  # type: ignore[arg-type]
-                         nodewatch.Settings(), 3600.0, 3)
+                         nodewatch.NodeWatchSettings(), 3600.0, 3)
     fault = {"kind": "worker_failed", "ts": 10.0, "node": "node1", "local_rank": 0,
              "exitcode": -9, "signal": "SIGKILL"}
     rdzv = [{"kind": "rendezvous", "ts": 1.0, "node": "node1", "round": 0}, fault,
@@ -153,7 +153,7 @@ def test_the_steps_end_writes_the_lines_a_tick_did_not_see(tmp_path: Path) -> No
     log2.wait_for_resume = True
     path.write_text("".join(json.dumps(e) + "\n" for e in rdzv))
     w2 = watch.CycleWatch(None, log2, ["node1"], 0.0, str(path), "",  # type: ignore[arg-type]
-                          nodewatch.Settings(), 3600.0, 3)
+                          nodewatch.NodeWatchSettings(), 3600.0, 3)
     assert w2.finish() == ""
     assert out2.getvalue().splitlines() == [
         "resilient-launch: fault node1 local rank 0 SIGKILL -> in-job restart 1/3"]

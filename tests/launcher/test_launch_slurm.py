@@ -432,8 +432,9 @@ def test_excluded_node_comes_back_when_resumed_and_healthy(slurm, clean, tmp_pat
 
     vdir = tmp_path / "verdicts"
     vdir.mkdir()
-    cfg = sup.Settings(checkpoint_dir=str(tmp_path / "ck"), state_dir=str(tmp_path / "st"),
-                       min_nodes=1, verdict_path=str(vdir / "{node}.json"))
+    cfg = sup.SupervisorSettings(checkpoint_dir=str(tmp_path / "ck"),
+                                 state_dir=str(tmp_path / "st"), min_nodes=1,
+                                 verdict_path=str(vdir / "{node}.json"))
     alloc = plan.Allocation(job_id=999, nodes=("node1",))
     s = sup.Supervisor(slurm, alloc, plan.LaunchOptions(script="t.py"),
                        plan.Features(frozenset()), cfg, {})

@@ -20,7 +20,7 @@ NODES = ["node1", "node2", "node3", "node4"]
 
 def test_paused_slurmd_waits_while_training_advances_one_query_per_check(
         slurm, clean) -> None:
-    cfg = nodewatch.Settings(query_interval=60.0, confirm_s=30.0, max_share=0.5)
+    cfg = nodewatch.NodeWatchSettings(query_interval=60.0, confirm_s=30.0, max_share=0.5)
     watch = nodewatch.NodeWatch(slurm, NODES, time.time() - 200, "", cfg)
     with lifecycle.rpc_window(clean.root) as quiet:
         first = watch.check([], time.time(), wait=15)
@@ -52,7 +52,7 @@ def test_paused_slurmd_waits_while_training_advances_one_query_per_check(
 
 
 def test_share_cap_applies_before_the_step_is_stopped(slurm, clean) -> None:
-    cfg = nodewatch.Settings(query_interval=60.0, confirm_s=30.0, max_share=0.5)
+    cfg = nodewatch.NodeWatchSettings(query_interval=60.0, confirm_s=30.0, max_share=0.5)
     stalls = [lifecycle.node_pause(clean.root, n, 40, wait=False, notice=n == "node3")
               for n in ("node2", "node3")]
     try:
@@ -65,7 +65,8 @@ def test_share_cap_applies_before_the_step_is_stopped(slurm, clean) -> None:
         assert found.stop == {} and "a shared fault" in found.shared, found
         assert set(found.waiting) == set()
         one = nodewatch.NodeWatch(slurm, ["node1", "node2", "node3", "node4"],
-                                  time.time() - 200, "", nodewatch.Settings(60.0, 30.0, 0.25))
+                                  time.time() - 200, "",
+                                  nodewatch.NodeWatchSettings(60.0, 30.0, 0.25))
         one.flagged["node2"] = (time.time(), "")
         assert one.check([], time.time() - 100, wait=15).shared  # 2 of 4 > 1
     finally:
@@ -77,7 +78,7 @@ def test_share_cap_applies_before_the_step_is_stopped(slurm, clean) -> None:
 
 def test_one_query_for_all_nodes_and_a_frozen_controller_never_holds_a_check(
         slurm, clean) -> None:
-    cfg = nodewatch.Settings(query_interval=0.0, confirm_s=30.0, max_share=0.5,
+    cfg = nodewatch.NodeWatchSettings(query_interval=0.0, confirm_s=30.0, max_share=0.5,
                              query_timeout=20.0)
     cost = {}
     for nodes in (NODES[:1], NODES):

@@ -36,7 +36,7 @@ def test_unrecovered_means_late_enough_trouble_and_no_join_after_it(evs, after) 
 
 def test_a_late_flag_is_confirmed_by_trouble_the_training_never_recovered_from() -> None:
     w = nodewatch.NodeWatch(None, ["node3"], 0.0, "",  # type: ignore[arg-type]
-                            nodewatch.Settings(confirm_s=60.0), clock=lambda: 0.0)
+                            nodewatch.NodeWatchSettings(confirm_s=60.0), clock=lambda: 0.0)
     w.flagged["node3"] = (165.0, "ALLOCATED+NOT_RESPONDING")  # 65 s after the trouble
     assert w.confirmed("node3", [FAILED, RESTART], None, now=166.0)
     assert not w.confirmed("node3", [FAILED, RESTART, JOINED], None, now=166.0)  # it went on

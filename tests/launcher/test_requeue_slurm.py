@@ -165,8 +165,8 @@ def test_time_limit_requeue_comes_first_and_a_refused_update_never_holds(clean, 
     old_term = signal.getsignal(signal.SIGTERM)
     try:
         job = _wait_running(slurm, jid)
-        cfg = sup.Settings(checkpoint_dir=str(tmp_path / "ck"), state_dir=str(tmp_path / "st"),
-                           min_nodes=1)
+        cfg = sup.SupervisorSettings(checkpoint_dir=str(tmp_path / "ck"),
+                                     state_dir=str(tmp_path / "st"), min_nodes=1)
         s = sup.Supervisor(slurm, plan.Allocation(job_id=jid, nodes=job.nodes),
                            plan.LaunchOptions(script="t.py"), plan.Features(frozenset()), cfg,
                            {})

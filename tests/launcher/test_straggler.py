@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from resilient_slurm.launcher.recovery.straggler import (
     Sample,
-    Settings,
+    StragglerSettings,
     judge,
     parse_event,
     per_node_speed,
@@ -28,7 +28,7 @@ def run(speeds: list[dict[str, float]], every: int = 10, first: int = 0) -> list
 
 FLAT = {"n1": 0.1, "n2": 0.1, "n3": 0.1}
 SLOW3 = {"n1": 0.1, "n2": 0.1, "n3": 0.2}
-S = Settings(factor=1.3, window=50)
+S = StragglerSettings(factor=1.3, window=50)
 
 
 def test_a_node_2x_slower_over_the_window_is_blamed_with_evidence() -> None:
@@ -78,7 +78,8 @@ def test_slightly_slow_below_factor_is_not_blamed() -> None:
 
 
 def test_exactly_at_the_factor_is_blamed() -> None:
-    j = judge(run([{"n1": 0.1, "n2": 0.1, "n3": 0.13}] * 5), Settings(factor=1.3, window=50))
+    j = judge(run([{"n1": 0.1, "n2": 0.1, "n3": 0.13}] * 5),
+              StragglerSettings(factor=1.3, window=50))
     assert j.nodes == ["n3"]
 
 
@@ -140,7 +141,7 @@ def test_zero_compute_reference_does_not_crash() -> None:
                                     {"policy": "drain"}])
 def test_bad_settings_are_refused(kwargs) -> None:
     with pytest.raises(ValueError):
-        Settings(**kwargs)
+        StragglerSettings(**kwargs)
 
 
 GOOD = {"kind": "step_timing", "step": 20, "steps": 10,
@@ -196,7 +197,7 @@ def test_property_one_slow_node_is_always_found_and_alone(base, nodes, slow, who
 def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
     from resilient_slurm.launcher.recovery.straggler import Watch
 
-    w = Watch(Settings(factor=1.3, window=20), ["n1", "n2", "n3"])
+    w = Watch(StragglerSettings(factor=1.3, window=20), ["n1", "n2", "n3"])
     ev = [{"kind": "step_timing", "step": 10 * (i + 1), "steps": 10,
            "nodes": {"n1": {"compute_s": 0.1, "wait_s": 0.1},
                      "n2": {"compute_s": 0.1, "wait_s": 0.1},
@@ -214,7 +215,7 @@ def test_watch_reports_each_straggler_once_and_ignores_other_nodes() -> None:
 
 
 def test_even_window_needs_a_majority_of_slow_samples() -> None:
-    s4 = Settings(factor=1.3, window=40)
+    s4 = StragglerSettings(factor=1.3, window=40)
     assert judge(run([FLAT, FLAT, SLOW3, SLOW3]), s4).verdicts == ()  # a tie is no verdict
     assert judge(run([FLAT, SLOW3, SLOW3, SLOW3]), s4).nodes == ["n3"]
 
@@ -259,7 +260,7 @@ def test_monitor_reads_the_tails_new_events_and_reports_each_straggler_once(tmp_
              nodes={"a": {"compute_s": 9.0, "wait_s": 0.0}, "b": {"compute_s": 0.1, "wait_s": 0.0}})
     old = json.loads(p.read_text())["ts"]
     tail = EventTail(str(p), since=old + 1e-3)  # the cycle started after that sample
-    m = Monitor(Settings(factor=1.3, window=10), ["a", "b"])
+    m = Monitor(StragglerSettings(factor=1.3, window=10), ["a", "b"])
     tail.read()
     assert m.check(tail.fresh) == []  # what was there before the cycle is not this cycle's
     line = {"step": 20, "steps": 10, "nodes": {"a": {"compute_s": 0.1, "wait_s": 0.1},
@@ -279,10 +280,10 @@ def test_stop_reason_prefers_requeue_and_cause() -> None:
 
     (v,) = judge(run([SLOW3] * 5), S).verdicts
     assert stop_reason(Watched(stragglers={"n3": v.evidence})) == "straggler: n3 " + v.evidence
-    req = Settings(policy="requeue")
+    req = StragglerSettings(policy="requeue")
     assert prefers_requeue(req, ["n3"], ["n3", "n1"])
     assert not prefers_requeue(req, ["n3"], ["n1"])  # the straggler was not blamed
-    assert not prefers_requeue(Settings(policy="exclude"), ["n3"], ["n3"])
+    assert not prefers_requeue(StragglerSettings(policy="exclude"), ["n3"], ["n3"])
     assert not prefers_requeue(None, ["n3"], ["n3"])
     assert cause("n3", [], "") == {
         "node": "n3", "drained": False, "cause": None,

@@ -29,7 +29,7 @@ def test_a_fresh_fail_verdict_stops_the_step_at_the_next_tick(tmp_path):
                     bin_dir=str(tmp_path / "no-bin"))
     w = watch.CycleWatch(slurm, joblog.JobLog(events, "launcher", None, job=1),
                          ["node1", "node2", "node3"], since, events, pattern,
-                         nodewatch.Settings(query_interval=3600), 3600.0, None)
+                         nodewatch.NodeWatchSettings(query_interval=3600), 3600.0, None)
     _publish(pattern, "node1", "fail", since - 10)  # before this cycle: stale
     _publish(pattern, "node2", "warn", time.time())
     _publish(pattern, "node3", "ok", time.time())

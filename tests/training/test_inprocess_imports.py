@@ -71,7 +71,7 @@ def train(ctx):
     return "done"
 
 
-result = inprocess.run(train, inprocess.Settings.from_env())
+result = inprocess.run(train, inprocess.InprocessSettings.from_env())
 print(f"result {result}", flush=True)
 '''
 

@@ -1,7 +1,7 @@
 """Hot spares in level 0 (``resilient-launch --inprocess --spares K``): the spares' ranks
 stand by inside NVRx's Wrapper and one takes a lost rank's place in the live processes.
 
-Two layers: the rank assignment ``Settings(active_world=N)`` hands NVRx (its own
+Two layers: the rank assignment ``InprocessSettings(active_world=N)`` hands NVRx (its own
 ``MaxActiveWorldSize`` over ``FillGaps``, driven here as the Wrapper drives it), and a run of
 ``train_fsdp.py --inprocess`` on 4 local ranks with 3 training: a SIGKILL of a training rank
 is taken by the standby with the world still 3, from the peer node's copy, 0 steps lost, and
@@ -19,14 +19,14 @@ pytestmark = pytest.mark.train
 pytest.importorskip("torch")
 nvrx = pytest.importorskip("nvidia_resiliency_ext.inprocess")
 
-from resilient_slurm.training.inprocess import ACTIVE_WORLD_ENV, Settings  # noqa: E402
+from resilient_slurm.training.inprocess import ACTIVE_WORLD_ENV, InprocessSettings  # noqa: E402
 from tests.training.inprocess_harness import run_job  # noqa: E402
 
 STEPS = 16
 FAULT_STEP = 7
 
 
-def _assign(settings: Settings, world: int, terminated_rounds: list[set[int]]
+def _assign(settings: InprocessSettings, world: int, terminated_rounds: list[set[int]]
             ) -> dict[int, tuple[str, int | None, int | None]]:
     """initial rank -> (mode, active rank, active world) after each round of terminations,
     every surviving rank running the assignment on its own state (as in the Wrapper)."""
@@ -48,7 +48,7 @@ def _assign(settings: Settings, world: int, terminated_rounds: list[set[int]]
 
 
 def test_standby_fills_the_lost_ranks_place_then_the_world_shrinks() -> None:
-    s = Settings(store="h:1", active_world=3)
+    s = InprocessSettings(store="h:1", active_world=3)
     assert _assign(s, 4, []) == {0: ("ACTIVE", 0, 3), 1: ("ACTIVE", 1, 3),
                                  2: ("ACTIVE", 2, 3), 3: ("INACTIVE", None, 3)}
     # rank 1 lost: the standby (initial 3) becomes rank 1, the survivors keep theirs
@@ -61,27 +61,27 @@ def test_standby_fills_the_lost_ranks_place_then_the_world_shrinks() -> None:
 def test_a_node_of_ranks_is_replaced_rank_for_rank() -> None:
     # 2 ranks per node, 2 training nodes + 1 spare node: the spare node's local ranks take
     # the lost node's ranks in order
-    s = Settings(store="h:1", active_world=4)
+    s = InprocessSettings(store="h:1", active_world=4)
     got = _assign(s, 6, [{0, 1}])
     assert {i: a for i, (m, a, w) in got.items()} == {2: 2, 3: 3, 4: 0, 5: 1}
     assert {w for _, _, w in got.values()} == {4}
 
 
 def test_without_spares_the_survivors_shift_down() -> None:
-    s = Settings(store="h:1")
+    s = InprocessSettings(store="h:1")
     assert _assign(s, 3, [{0}]) == {1: ("ACTIVE", 0, 2), 2: ("ACTIVE", 1, 2)}
 
 
 @pytest.mark.parametrize("active, min_world", [(-1, 1), (2, 3)])
 def test_active_world_below_the_minimum_is_refused(active: int, min_world: int) -> None:
     with pytest.raises(ValueError, match="active_world"):
-        Settings(store="h:1", active_world=active, min_world=min_world).check()
+        InprocessSettings(store="h:1", active_world=active, min_world=min_world).check()
 
 
 def test_active_world_from_the_environment() -> None:
-    assert Settings.from_env({"RESILIENT_INPROCESS_STORE": "h:1", ACTIVE_WORLD_ENV: "3"}
+    assert InprocessSettings.from_env({"RESILIENT_INPROCESS_STORE": "h:1", ACTIVE_WORLD_ENV: "3"}
                              ).active_world == 3
-    assert Settings.from_env({"RESILIENT_INPROCESS_STORE": "h:1"}).active_world == 0
+    assert InprocessSettings.from_env({"RESILIENT_INPROCESS_STORE": "h:1"}).active_world == 0
 
 
 def test_sigkill_taken_by_the_standby_with_the_world_unchanged(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Level 0's timeouts are NVRx's own unless the user sets them (issue 37, item 9).
 
 The defaults are read from the installed NVRx Wrapper's signature here, never written down:
-the Settings nobody configured build a Wrapper whose timeouts are exactly those; the user's
+the InprocessSettings nobody configured build a Wrapper whose timeouts are exactly those; the user's
 (in code, ``RESILIENT_INPROCESS_*_TIMEOUT``, ``train_fsdp.py``'s flags) reach it instead."""
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ def signature_defaults() -> dict[str, datetime.timedelta]:
     return {n: params[n].default for n in NAMES}
 
 
-def built(settings: inprocess.Settings) -> dict[str, datetime.timedelta]:
+def built(settings: inprocess.InprocessSettings) -> dict[str, datetime.timedelta]:
     """The timeouts of the Wrapper ``inprocess.run`` would build from ``settings``."""
     w = inprocess.wrapper(settings, Waker(0.05), SocketAbort())
     return {n: getattr(w, n) for n in NAMES}
 
 
 def test_default_settings_give_the_wrapper_nvrx_own_timeouts() -> None:
-    s = inprocess.Settings.from_env({"RESILIENT_INPROCESS_STORE": "127.0.0.1:1"})
+    s = inprocess.InprocessSettings.from_env({"RESILIENT_INPROCESS_STORE": "127.0.0.1:1"})
     assert built(s) == signature_defaults()
     assert s.timeouts() == {n: d.total_seconds() for n, d in signature_defaults().items()}
     s.check()  # NVRx's own are valid
@@ -50,7 +50,7 @@ def test_documented_defaults_are_the_installed_wrappers() -> None:
 def test_users_timeouts_reach_the_wrapper_env_and_overrides() -> None:
     env = {"RESILIENT_INPROCESS_STORE": "127.0.0.1:1", "RESILIENT_INPROCESS_SOFT_TIMEOUT": "4",
            "RESILIENT_INPROCESS_HARD_TIMEOUT": "20", "RESILIENT_INPROCESS_HEARTBEAT_TIMEOUT": "60"}
-    s = inprocess.Settings.from_env(env, hard_timeout=25.0, barrier_timeout=None)
+    s = inprocess.InprocessSettings.from_env(env, hard_timeout=25.0, barrier_timeout=None)
     got = built(s)
     assert got["soft_timeout"] == datetime.timedelta(seconds=4)
     assert got["hard_timeout"] == datetime.timedelta(seconds=25)  # the override (a flag) wins
@@ -63,17 +63,17 @@ def test_users_timeouts_reach_the_wrapper_env_and_overrides() -> None:
 @pytest.mark.parametrize("value", ["soon", "0", "-3", "nan", "inf"])
 def test_bad_environment_value_names_the_variable(value: str) -> None:
     with pytest.raises(ValueError, match="RESILIENT_INPROCESS_HARD_TIMEOUT"):
-        inprocess.Settings.from_env({"RESILIENT_INPROCESS_STORE": "h:1",
+        inprocess.InprocessSettings.from_env({"RESILIENT_INPROCESS_STORE": "h:1",
                                      "RESILIENT_INPROCESS_HARD_TIMEOUT": value})
 
 
 def test_order_checked_against_nvrx_defaults_with_a_clear_message() -> None:
     # a soft timeout above NVRx's own hard timeout: NVRx would only assert
-    s = inprocess.Settings(store="h:1", soft_timeout=100.0)
+    s = inprocess.InprocessSettings(store="h:1", soft_timeout=100.0)
     with pytest.raises(ValueError, match=r"soft_timeout \(100\) < hard_timeout \(90\)"):
         s.check()
     with pytest.raises(ValueError, match="heartbeat_timeout"):
-        inprocess.Settings(store="h:1", heartbeat_timeout=500.0).check()
+        inprocess.InprocessSettings(store="h:1", heartbeat_timeout=500.0).check()
 
 
 def test_train_fsdp_flags_default_to_unset() -> None:
