@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from resilient_slurm import verdict_file
 from resilient_slurm.config_schema import ConfigError
 from resilient_slurm.launcher import site_config
+from resilient_slurm.launcher.config import LaunchConfig
 from resilient_slurm.launcher.cycle import ft_config, plan, torchrun_args
 from resilient_slurm.launcher.cycle.launch_env import launch_options, script_checkpoint_dir
 from resilient_slurm.launcher.recovery import exclusions, spares, straggler
@@ -104,7 +105,7 @@ class TorchrunCommand(click.Command):
 @click.option("-m", "--module", is_flag=True, help="Run SCRIPT as a Python module.")
 @click.option("--min-nodes", type=click.IntRange(1), default=None,
               help="Fewest nodes to train on before requeueing [default: all allocated].")
-@click.option("--spares", "spares_k", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--spares", type=click.IntRange(0), default=0, show_default=True,
               metavar="K",
               help="Hot spares: train on all allocated nodes but K; the K stand by, idle. A "
                    "blamed node (lost GPU, node down, the hooks' fail) is swapped for a spare "
@@ -222,25 +223,19 @@ class TorchrunCommand(click.Command):
 @click.option("--dry-run", is_flag=True, help="Print the plan and command lines; run nothing.")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
-         min_nodes: int | None, spares_k: int, max_restarts: int, max_requeues: int,
-         exclusion_ttl: float,
-         heartbeat_timeout: float | None, heartbeat_floor: float,
-         initial_heartbeat_timeout: float | None, term_timeout: float | None,
-         checkpoint_dir: str | None,
-         state_dir: str | None, no_progress_limit: int, max_strikes: int,
-         verdict_path: str | None, metrics_dir: str, job_index: str, max_blame_share: float,
-         node_query_interval: float, health_timeout: float, verdict_wait: float, on_straggler: str,
-         straggler_factor: float, straggler_window: int, checkpoint_marker: str | None,
-         ft_args: tuple[str, ...],
-         srun_args: tuple[str, ...], ft_launcher: str, inprocess: bool, no_instrument: bool,
-         dry_run: bool) -> None:
+def main(**params: Any) -> None:
     """Run SCRIPT [ARGS] with ft_launcher on every node of this Slurm allocation.
 
     \b
     In an sbatch script, instead of `srun torchrun --nproc-per-node 8 train.py ...`:
       exec resilient-launch --nproc-per-node 8 train.py --lr 3e-4
     """
+    run(LaunchConfig.from_params(**params))
+
+
+def run(cfg: LaunchConfig) -> None:
+    """``resilient-launch`` with the parsed command line ``cfg``: plan, then supervise (or
+    print the plan: ``--dry-run``); exits with the launcher's status."""
     ctx = click.get_current_context()
     try:
         opts = launch_options(ctx)
@@ -255,52 +250,43 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
     except plan.PlanError as exc:
         _die(str(exc))
     try:
-        verdict_path = site_config.verdict_location(verdict_path, ctx.get_parameter_source(
+        verdict_path = site_config.verdict_location(cfg.verdict_path, ctx.get_parameter_source(
             "verdict_path") is click.core.ParameterSource.ENVIRONMENT, env)
     except ConfigError as exc:
         _die(f"health verdicts: {exc}")
-    ckpt = checkpoint_dir or script_checkpoint_dir(args)
+    ckpt = cfg.checkpoint_dir or script_checkpoint_dir(cfg.args)
     ckpt = os.path.abspath(ckpt) if ckpt else None
-    sdir = os.path.abspath(state_dir or default_state_dir(alloc.job_id, ckpt))
+    sdir = os.path.abspath(cfg.state_dir or default_state_dir(alloc.job_id, ckpt))
     try:
-        train = spares.check(spares_k, len(alloc.nodes), min_nodes)
+        train = spares.check(cfg.spares, len(alloc.nodes), cfg.min_nodes)
     except spares.SpareError as exc:
         _die(str(exc))
-    if spares_k and inprocess and not nproc_per_node.isdigit():
+    if cfg.spares and cfg.inprocess and not cfg.nproc_per_node.isdigit():
         _die(f"--spares with --inprocess needs a number of ranks per node (--nproc-per-node "
-             f"{nproc_per_node!r}): the spares' ranks are counted to stand them by")
+             f"{cfg.nproc_per_node!r}): the spares' ranks are counted to stand them by")
     # --inprocess: the spares run ranks from the start, standing by inside the training's
     # level 0 (inprocess_plan.worker_env); the launcher keeps every node in the step.
-    cfg = SupervisorSettings(checkpoint_dir=ckpt, state_dir=sdir, spares=0 if inprocess else spares_k,
-                   min_nodes=min_nodes or train, max_requeues=max_requeues,
-                   no_progress_limit=no_progress_limit, max_strikes=max_strikes,
-                   verdict_path=verdict_path, max_blame_share=max_blame_share,
-                   health_timeout=health_timeout, checkpoint_marker=checkpoint_marker,
-                   verdict_wait=verdict_wait, metrics_dir=metrics_dir, job_index=job_index,
-                   node_query_interval=node_query_interval,
-                   max_restarts=max_restarts, exclusion_ttl=exclusion_ttl,
-                   straggler=straggler.StragglerSettings(straggler_factor, straggler_window,
-                                                max_blame_share if 0 < max_blame_share < 1
-                                                else straggler.DEFAULT_MAX_SHARE,
-                                                on_straggler))
+    settings = cfg.supervisor_settings(
+        checkpoint_dir=ckpt, state_dir=sdir, min_nodes=cfg.min_nodes or train,
+        verdict_path=verdict_path, spares=0 if cfg.inprocess else cfg.spares)
     try:
-        features = plan.detect_features(ft_launcher)
+        features = plan.detect_features(cfg.ft_launcher)
     except plan.PlanError as exc:
         _die(str(exc))
     from resilient_slurm.slurm import SlurmError, connect
 
     try:
-        slurm = connect(timeout=3.0 if dry_run else 15.0)
+        slurm = connect(timeout=3.0 if cfg.dry_run else 15.0)
     except SlurmError as exc:
         _die(f"cannot reach Slurm: {exc}")
     store = None
-    if inprocess:
+    if cfg.inprocess:
         from resilient_slurm.launcher.cycle import inprocess_plan
 
         try:
-            opts = inprocess_plan.configure(opts, features, cfg.min_nodes, len(alloc.nodes),
-                                           env)
-            if not dry_run:
+            opts = inprocess_plan.configure(opts, features, settings.min_nodes,
+                                           len(alloc.nodes), env)
+            if not cfg.dry_run:
                 store = inprocess_plan.StoreHost()
                 store.start()
                 from resilient_slurm.launcher.recovery.evidence import node_addresses
@@ -308,18 +294,20 @@ def main(script: str, args: tuple[str, ...], nproc_per_node: str, module: bool,
                 batch = [alloc.batch_node] if alloc.batch_node else []
                 addr = store.address(node_addresses(slurm, batch), alloc.batch_node)
                 opts.extra_env.update(inprocess_plan.worker_env(
-                    addr, cfg.min_nodes, nproc_per_node, train if spares_k else 0, os.environ))
+                    addr, settings.min_nodes, cfg.nproc_per_node,
+                    train if cfg.spares else 0, os.environ))
         except inprocess_plan.InprocessPlanError as exc:
             _die(str(exc))
-    if dry_run:
-        if inprocess and spares_k:
-            click.echo(f"hot spares: {spares_k} node(s) of ranks standing by in level 0 "
-                       f"(--spares {spares_k} --inprocess): {train} node(s) train, every node "
-                       "runs ranks; the standbys are the last in the rendezvous's rank order")
-        _print_plan(slurm, alloc, opts, features, cfg)
+    if cfg.dry_run:
+        if cfg.inprocess and cfg.spares:
+            click.echo(f"hot spares: {cfg.spares} node(s) of ranks standing by in level 0 "
+                       f"(--spares {cfg.spares} --inprocess): {train} node(s) train, every "
+                       "node runs ranks; the standbys are the last in the rendezvous's rank "
+                       "order")
+        _print_plan(slurm, alloc, opts, features, settings)
         return
     try:
-        code = Supervisor(slurm, alloc, opts, features, cfg, env).run()
+        code = Supervisor(slurm, alloc, opts, features, settings, env).run()
     except Exception as exc:  # noqa: BLE001 - one clear line, the exit code says "internal"
         click.echo(f"resilient-launch: internal error: {type(exc).__name__}: {exc}", err=True)
         code = EXIT_ERROR

@@ -4,9 +4,9 @@ The five timeouts of NVRx's ``inprocess.Wrapper`` (:data:`NAMES`) are passed to 
 the user set them, in code (``InprocessSettings(soft_timeout=...)``), with ``train_fsdp.py``'s
 flags or in the environment (``RESILIENT_INPROCESS_SOFT_TIMEOUT`` etc., :func:`env_name`:
 seconds, read by the ranks and by ``resilient-launch --inprocess`` for its level-1 check);
-otherwise the Wrapper uses its own defaults. :data:`NVRX_DEFAULTS` are those defaults as NVRx 0.4.1, 0.5.0,
-0.6.0 and 0.7.0 declare them (the same in each release; a test compares them with the
-installed Wrapper's signature): the launcher uses them without importing torch.
+otherwise the Wrapper uses its own defaults. :data:`NVRX_DEFAULTS` are those defaults as
+NVRx 0.4.1, 0.5.0, 0.6.0 and 0.7.0 declare them (the same in each release; a test compares
+them with the installed Wrapper's signature): the launcher uses them without importing torch.
 
 torch-free: the launcher imports this module; only :func:`installed_defaults` imports NVRx.
 """
