@@ -24,14 +24,9 @@ from typing import Any
 from resilient_slurm import events
 from resilient_slurm.events import EventKind
 from resilient_slurm.launcher.cycle import budgeted, plan, progress
-from resilient_slurm.launcher.recovery import exclusions, ledger, policy, timelimit
-from resilient_slurm.launcher.recovery.exits import (
-    EXIT_CANNOT_FIT,
-    EXIT_OF,
-    EXIT_REQUEUED,
-    VERDICT_OF,
-)
-from resilient_slurm.launcher.recovery.policy import Action, Phase, Signal
+from resilient_slurm.launcher.recovery import actions, exclusions, ledger, policy, timelimit
+from resilient_slurm.launcher.recovery.exits import EXIT_CANNOT_FIT, EXIT_REQUEUED
+from resilient_slurm.launcher.recovery.policy import Phase, Signal
 from resilient_slurm.launcher.recovery.requeue import budget_for, take, update_pending
 from resilient_slurm.launcher.report import joblog
 from resilient_slurm.launcher.settings import SupervisorSettings
@@ -52,17 +47,19 @@ class Endings:
     kill_wait: float
     end_time: float | None
     requested_nodes: int
+    standby: list[str]
+    release: Callable[[list[str]], None]
     _save: Callable[[], None]
     _metrics: Callable[[], None]
     _cycle_ended: Callable[[], None]
     _state: Callable[..., policy.State]
 
     def _act(self, d: policy.Decision) -> int:
-        if d.action is Action.REQUEUE:
-            return self._requeue(d.why)
-        return self._verdict(VERDICT_OF[d.action], EXIT_OF[d.action], d.why)
+        """Carry out a decision that ends the run (``launcher/recovery/actions.py``)."""
+        return actions.end(self, d)
 
-    def _verdict(self, verdict: str, code: int, message: str, **fields: Any) -> int:
+    def verdict(self, verdict: str, code: int, message: str, **fields: Any) -> int:
+        """End with ``verdict``: its event, the metrics, one line; returns ``code``."""
         self._save()
         self.log.emit(EventKind.VERDICT, **events.LaunchVerdict(
             verdict=verdict, exit_code=code, message=message, cycles=self.node_ledger.cycles,
@@ -82,7 +79,9 @@ class Endings:
             self.cfg.health_timeout, self.cfg.exclusion_ttl, self.log)
         return sorted(r.readmitted)
 
-    def _requeue(self, why: str) -> int:
+    def requeue(self, why: str) -> int:
+        """Requeue the job (after SIGUSR1: :meth:`_requeue_first`; a pending SIGTERM: the
+        verdict it calls for); its exit status."""
         # Last look before acting: a cancelled job is never requeued.
         if self.signal is Signal.TERM:
             return self._act(policy.decide(self._state(Phase.FAILED, 0)))
@@ -93,7 +92,7 @@ class Endings:
         fit = exclusions.fit(self.slurm, self.alloc.job_id, excluded, self.requested_nodes,
                              self.node_ledger.user_excluded if back else None)
         if fit.ok is False:
-            return self._verdict("cannot-fit", EXIT_CANNOT_FIT,
+            return self.verdict("cannot-fit", EXIT_CANNOT_FIT,
                                  exclusions.verdict_message(fit, excluded), fit=fit.as_dict(),
                                  excluded=excluded, wanted=why)
         self.node_ledger.requeues += 1
@@ -107,7 +106,7 @@ class Endings:
         taken = take(self.slurm, self.alloc.job_id, excluded, self.kill_wait,
                      self._num_nodes(), self.node_ledger.user_excluded if back else None)
         if taken.verdict is not None:
-            return self._verdict(*taken.verdict)
+            return self.verdict(*taken.verdict)
         if taken.warning:
             self.log.emit(EventKind.REQUEUE, **events.Requeue(done=True, warning=taken.warning))
         return EXIT_REQUEUED
@@ -139,7 +138,7 @@ class Endings:
                 type="signal", signal=self.signal.value, committed_step=p.step,
                 detail="stopped: time limit warning"))
         if taken.verdict is not None:
-            return self._verdict(*taken.verdict)
+            return self.verdict(*taken.verdict)
         self.node_ledger.requeues += 1
         self._save()
         self.log.emit(EventKind.REQUEUE, **events.Requeue(
@@ -183,6 +182,6 @@ class Endings:
             done = "the requeued job is cancelled"
         except SlurmError as exc:
             done = f"cancelling the requeued job failed: {exc.message}"
-        return self._verdict("cannot-fit", EXIT_CANNOT_FIT,
+        return self.verdict("cannot-fit", EXIT_CANNOT_FIT,
                              f"{exclusions.verdict_message(fit, excluded)}; {done}",
                              fit=fit.as_dict(), excluded=excluded, wanted=why)

@@ -27,6 +27,7 @@ from resilient_slurm.launcher import step, watch
 from resilient_slurm.launcher.cycle import budgeted, inprocess_plan, plan, progress
 from resilient_slurm.launcher.endings import Endings
 from resilient_slurm.launcher.recovery import (
+    actions,
     blame,
     evacuate,
     evidence,
@@ -152,7 +153,7 @@ class Supervisor(Endings):
                 if d.action is Action.REQUEUE:  # the requeue before anything else
                     return self._requeue_first(d.why, after_cycle=True)
             if replaced:  # the lost nodes back to Slurm now that the step is over
-                self._release(replaced)
+                self.release(replaced)
             self._cycle_ended()
             p = budgeted.Budgeted(self.progress.finished_cycle, name="progress")(
                 progress.Progress(None, None))  # a stalled filesystem: unknown, not waited for
@@ -175,45 +176,43 @@ class Supervisor(Endings):
                     type="cycle-failed", rc=rc, step=step,
                     detail="ft_launcher gave up (in-job restarts exhausted or a node's "
                            "launcher failed)"))
-            gone: dict[str, str] = {}  # vanished nodes whose slurmd does not answer
-            if lost := evidence.vanished(os.path.join(cycle_dir, "nodes"), nodes):
-                gone = evidence.unreachable(self.slurm, lost, self.message_timeout)
-                if rest := [n for n in lost if n not in gone]:
-                    print(f"resilient-launch: {', '.join(rest)}: its launcher vanished; waiting "
-                          f"up to {self.cfg.lost_node_wait:.0f} s for Slurm's view", flush=True)
-                    evidence.await_lost(partial(evidence.states_now, self.slurm), rest,
-                                        self.cfg.lost_node_wait)
-            decision = self._blame(nodes, cycle_dir, started, gone)
-            for node, why in evacuate.blamed(self.evacuating).items():
-                decision.blamed.setdefault(node, why)  # the spare swap's cause: precursor
-            self.evacuating = {}
-            for node, why in decision.blamed.items():
-                self.node_ledger.exclude(node, "; ".join(why))
-            self._save()
-            survivors = [n for n in nodes if n not in decision.blamed]
-            swap = spares.for_blamed(self.slurm, self.standby, decision.blamed, self.cfg,
-                                     self.alloc.job_id, self.env, cycle_dir)
-            evidence.report_unread(self.log, self.cfg.verdict_path, swap.unread if swap else {},
-                                   "spares", self.node_ledger.cycles)
-            if swap is not None:  # hot spares in place of blamed nodes: the same world size
-                survivors = swap.nodes(survivors, nodes)
-            prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
-            self.slow = {}
-            d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
-                                                  len(decision.blamed)), prefer_requeue=prefer))
-            if d.action is not Action.ELASTIC:
-                spares.unused(self.log, self.standby, swap, self.node_ledger.cycles)
-                return self._act(d)
-            out = spares.commit(self.log, self.standby, swap, self.node_ledger.cycles)
-            for node in decision.nodes:
-                self.log.emit(EventKind.EXCLUDE, **events.Exclude(
-                    node=node, mode=out.get(node, "elastic"), survivors=survivors,
-                    reason=decision.blamed[node]))
-            self.log.emit(EventKind.RECOVERY, **events.Recovery(
-                by="spare swap" if len(out) == len(decision.nodes) else "elastic relaunch",
-                nodes=survivors, excluded=decision.nodes, cycle=self.node_ledger.cycles))
-            self._release(decision.nodes)
-            nodes = survivors
+            d, after = self._after_fault(nodes, cycle_dir, started)
+            nxt = actions.act(self, d, after)  # what to do now: launcher/recovery/actions.py
+            if isinstance(nxt, int):
+                return nxt
+            nodes = nxt
+
+    def _after_fault(self, nodes: list[str], cycle_dir: str, started: float
+                     ) -> tuple[policy.Decision, actions.AfterFault]:
+        """After a failed cycle: wait for Slurm's view of vanished nodes, blame, exclude the
+        blamed in the ledger, choose spares for them, and decide."""
+        gone: dict[str, str] = {}  # vanished nodes whose slurmd does not answer
+        if lost := evidence.vanished(os.path.join(cycle_dir, "nodes"), nodes):
+            gone = evidence.unreachable(self.slurm, lost, self.message_timeout)
+            if rest := [n for n in lost if n not in gone]:
+                print(f"resilient-launch: {', '.join(rest)}: its launcher vanished; waiting "
+                      f"up to {self.cfg.lost_node_wait:.0f} s for Slurm's view", flush=True)
+                evidence.await_lost(partial(evidence.states_now, self.slurm), rest,
+                                    self.cfg.lost_node_wait)
+        decision = self._blame(nodes, cycle_dir, started, gone)
+        for node, why in evacuate.blamed(self.evacuating).items():
+            decision.blamed.setdefault(node, why)  # the spare swap's cause: precursor
+        self.evacuating = {}
+        for node, why in decision.blamed.items():
+            self.node_ledger.exclude(node, "; ".join(why))
+        self._save()
+        survivors = [n for n in nodes if n not in decision.blamed]
+        swap = spares.for_blamed(self.slurm, self.standby, decision.blamed, self.cfg,
+                                 self.alloc.job_id, self.env, cycle_dir)
+        evidence.report_unread(self.log, self.cfg.verdict_path, swap.unread if swap else {},
+                               "spares", self.node_ledger.cycles)
+        if swap is not None:  # hot spares in place of blamed nodes: the same world size
+            survivors = swap.nodes(survivors, nodes)
+        prefer = straggler.prefers_requeue(self.cfg.straggler, self.slow, decision.blamed)
+        self.slow = {}
+        d = policy.decide(replace(self._state(Phase.FAILED, len(survivors),
+                                              len(decision.blamed)), prefer_requeue=prefer))
+        return d, actions.AfterFault(decision.blamed, survivors, swap, self.node_ledger.cycles)
 
     def _run_cycle(self, nodes: list[str], addrs: Mapping[str, str]
                    ) -> tuple[int, str, str, float]:
@@ -349,7 +348,7 @@ class Supervisor(Endings):
         if step.stop_step(self.proc, record_dir, grace, self.log, kill_bound):
             self.lingering = True
 
-    def _release(self, blamed: list[str]) -> None:
+    def release(self, blamed: list[str]) -> None:
         """Give excluded nodes back to Slurm (``exclusions.release``)."""
         self.alloc, self.env = exclusions.release(self.slurm, self.alloc, blamed,
                                                   self.node_ledger.excluded, self.env, self.log)

@@ -194,7 +194,7 @@ def test_time_limit_requeue_comes_first_and_a_refused_update_never_holds(clean, 
 
         th = threading.Thread(target=watch, daemon=True)
         th.start()
-        rc = s._requeue("SIGUSR1 received (time limit warning)")
+        rc = s.requeue("SIGUSR1 received (time limit warning)")
         done.set()
         with contextlib.suppress(OSError):  # a reader waiting for the next writer
             os.close(os.open(events, os.O_WRONLY | os.O_NONBLOCK))
