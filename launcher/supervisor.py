@@ -1,5 +1,5 @@
 """The cycle loop: launch, wait (watching for node faults and signals), gather evidence, ask
-``policy.decide`` what next, act.
+``policy.decide`` what next, act (``launcher/recovery/actions.py``: one handler per action).
 
 Exit codes: ``launcher/recovery/exits.py``; the watch over a running cycle: ``launcher/watch.py``;
 starting and stopping its step (SIGTERM to the tasks, never to srun): ``launcher/step.py``;
