@@ -8,7 +8,8 @@ standby by its infrastructure rank (``SLURM_PROCID``), never by the hooks' healt
 the launcher gates the standbys instead:
 
 * :func:`native`: the installed ft_launcher has these standbys (it lists ``--ft-segment``,
-  which NVRx 0.6 added with them; 0.4.1-0.5 keep the new-cycle swap of ``launcher/spares.py``).
+  which NVRx 0.6 added with them; 0.4.1-0.5 keep the new-cycle swap of
+  ``launcher/recovery/spares.py``).
 * :func:`step_nodes` / :func:`span`: the step runs on all N+K nodes, training nodes first (task
   i on node i: ``SLURM_PROCID`` < N is active in the first round), ``--nnodes=N:N+K``.
 * :func:`gate_args`: the node shim (``launcher/shim/node.py``) of a task whose ``SLURM_PROCID`` is N
