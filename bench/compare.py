@@ -254,8 +254,9 @@ def submit(c: harness.Cluster, mech: str, wl: Workload, base: str, hb: float, lo
     env.update(BENCH_GPU_LOST_DIR=lost_dir, RESILIENT_SANDBOX_DIR=c.root)
     memory = ""
     if mech in SPARES or mech in LEVEL0:  # memory tiers (--inprocess keeps its state
-        # there too); the sandbox's nodes share this host's /dev/shm: a folder per node
-        memory = env["RESILIENT_TIER1_DIR"] = os.path.join(d, "shm", "{node}")
+        # there too); the sandbox's nodes share this host's /dev/shm: a folder per node (its
+        # TaskProlog sets RESILIENT_TIER1_DIR from this template)
+        memory = env["RESILIENT_SANDBOX_TIER1_DIR"] = os.path.join(d, "shm", "{node}")
     t = time.time()
     jid = c.submit_as_user(script, train_args(wl, ckpt, faults, mech, hb),
                            os.path.join(d, "slurm-%j.out"), env,

@@ -51,7 +51,7 @@ def run_job(c: harness.Cluster, base: str, name: str, fault: str | None) -> dict
            "TRAIN_SCRIPT": str(harness.FAULTS_TRAIN),  # the example, with --fault
            "FT_INITIAL_HB_TIMEOUT": "180",
            # the memory tiers: a folder per simulated node (they share this host's /dev/shm)
-           "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}")}
+           "RESILIENT_SANDBOX_TIER1_DIR": os.path.join(d, "shm", "{node}")}
     env["RESILIENT_LAUNCH_ARGS"] += " --inprocess"
     env.update(inprocess_env(SOFT, HARD))  # level 0's, explicit (default: NVRx's)
     args = ["--inprocess", "--steps", str(STEPS), "--checkpoint-dir", ckpt,

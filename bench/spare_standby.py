@@ -70,7 +70,7 @@ def _submit(root: str, work: str) -> tuple[int, Path, Path, str]:
             f"--save-dir={work}/ck", "--durable-every=1000",
             *[f"--fault=hang@{FAULT_STEP}:{r}" for r in range(3)], f"--fault-dir={faults}"]
     script = Path(work, "job.sbatch")
-    script.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={work}/shm/{{node}}\nexec "
+    script.write_text(f"#!/bin/bash\nexport RESILIENT_SANDBOX_TIER1_DIR={work}/shm/{{node}}\nexec "
                       + shlex.join(argv) + "\n")
     os.chown(script, user.uid, user.gid)
     r = lifecycle.run_as_user(root, [

@@ -49,7 +49,7 @@ def run_one(slurm: Any, conf: str, name: str, work: Path, timeout: float) -> dic
             str(FOREIGN / script), f"--steps={STEPS}", f"--save-dir={work}/ck", *extra,
             *(f"--fault={f}" for f in FAULTS), f"--fault-dir={work}/faults"]
     batch = work / "job.sbatch"
-    batch.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={work}/shm/{{node}}\nexec "
+    batch.write_text(f"#!/bin/bash\nexport RESILIENT_SANDBOX_TIER1_DIR={work}/shm/{{node}}\nexec "
                      + " ".join(line) + "\n")
     env = {**os.environ, "SLURM_CONF": conf, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     jid = slurm.submit(str(batch), ["--nodes=2", "--open-mode=append", f"--output={work}/job.out",

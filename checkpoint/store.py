@@ -288,15 +288,15 @@ def shared(clash: str) -> NodeMemoryShared:
     """The error every rank raises when some rank's :func:`claim` failed, reported
     (``resilient_slurm.fatal``: no restart, the launcher ends the job with it)."""
     return reported(NodeMemoryShared(clash or "another rank's node memory folder is shared "
-                                     "with another node; on one host give "
-                                     "RESILIENT_TIER1_DIR a {node}"))
+                                     "with another node; each node needs a folder of its own "
+                                     "(RESILIENT_TIER1_DIR)"))
 
 
 def claim(job_dir: str, node: str) -> str:
     """Stamp ``job_dir`` with this node's name, or check the stamp ("" or why not). Two nodes
-    writing one folder (simulated nodes on one host without ``{node}`` in
-    ``RESILIENT_TIER1_DIR``, or a shared file system given as node memory) would overwrite
-    each other's snapshots: a peer's copy has the same path as its owner's own."""
+    writing one folder (a shared file system given as node memory, or nodes that share a host)
+    would overwrite each other's snapshots: a peer's copy has the same path as its owner's
+    own."""
     path = os.path.join(job_dir, NODE_STAMP)
     tmp = f"{path}.{os.getpid()}.{threading.get_native_id()}"
     with open(tmp, "x", encoding="utf-8") as fh:  # never through a planted link
@@ -315,7 +315,7 @@ def claim(job_dir: str, node: str) -> str:
         return f"{path}: unreadable ({exc})"
     if owner != node:
         return (f"node memory folder {job_dir} is also node {owner}'s (this is {node}): "
-                "each node needs its own; on one host give RESILIENT_TIER1_DIR a {node}")
+                "each node needs a folder of its own (RESILIENT_TIER1_DIR)")
     return ""
 
 

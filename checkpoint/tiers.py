@@ -72,8 +72,9 @@ class Tiers:
             course (:mod:`signals`).
         keep: snapshots kept per rank in each node's memory (own and each peer copy).
         durable_keep: committed durable saves kept.
-        root: node-memory directory (``RESILIENT_TIER1_DIR``, else ``/dev/shm``); ``{node}``
-            in it becomes the node's name (several simulated nodes on one host).
+        root: node-memory directory (``RESILIENT_TIER1_DIR``, else ``/dev/shm``): one per
+            node, as every node has memory of its own (two nodes given one folder fail at the
+            first save, :func:`store.claim`).
         job: name of this job's folder under ``root`` (``RESILIENT_CKPT_JOB``,
             ``SLURM_JOB_ID``, ``TORCHELASTIC_RUN_ID``, else ``local``).
         replicate: keep a copy on the peer node (tier 2) when the layout allows one.
@@ -121,8 +122,7 @@ class Tiers:
             raise ValueError("durable_every needs durable_dir")
         self.keep, self.durable_keep = keep, durable_keep
         self.durable_dir, self.durable_every = durable_dir, durable_every
-        root = root or os.environ.get("RESILIENT_TIER1_DIR") or "/dev/shm"
-        self.root = root.replace("{node}", peers.node_name())
+        self.root = root or os.environ.get("RESILIENT_TIER1_DIR") or "/dev/shm"
         self.job = job or default_job()
         self.job_dir = os.path.join(self.root, self.job)
         self.replicate, self.timeout_s = replicate, timeout_s

@@ -131,7 +131,7 @@ def main() -> int:
         env = {"TRAIN_SCRIPT": str(harness.FAULTS_TRAIN), "PYTHON": str(BIN / "python"),
                **harness.resilient_env(),
                # the sandbox's nodes share this host's /dev/shm: one memory folder per node
-               "RESILIENT_TIER1_DIR": os.path.join(work, "job", "shm", "{node}"),
+               "RESILIENT_SANDBOX_TIER1_DIR": os.path.join(work, "job", "shm", "{node}"),
                # where the sandbox's hooks publish verdicts: what makes the spare usable
                "RESILIENT_VERDICT_PATH": os.path.join(root, "verdicts", "{node}.json"),
                **metrics_env}
@@ -221,7 +221,8 @@ def second_job_and_fleet(c: harness.Cluster, wl: Workload, work: str, env: dict[
     os.makedirs(os.path.dirname(ckpt), exist_ok=True)
     jid = c.submit(harness.FSDP_SBATCH, [*wl.train_args(ckpt), "--memory-tiers"],
                    os.path.join(work, "job2", "slurm-%j.out"),
-                   {**env, "RESILIENT_TIER1_DIR": os.path.join(work, "job2", "shm", "{node}")},
+                   {**env, "RESILIENT_SANDBOX_TIER1_DIR": os.path.join(work, "job2", "shm",
+                                                                       "{node}")},
                    nodes=wl.nodes + 1)
     state, timed_out = c.wait(jid, bound)
     say(f"[{harness.stamp()}] job {jid} ended: {state}"

@@ -165,5 +165,5 @@ def test_two_nodes_sharing_one_memory_folder_are_refused(tmp_path) -> None:
     # a CheckpointError that is also a configuration error (resilient_slurm.fatal): no retry
     assert out.count("NodeMemoryShared") >= 2, out[-3000:]
     assert issubclass(store.NodeMemoryShared, checkpoint.CheckpointError)
-    assert "give RESILIENT_TIER1_DIR a {node}" in out
+    assert "each node needs a folder of its own (RESILIENT_TIER1_DIR)" in out
     assert not store.scan(str(tmp_path / "shared" / "job"))

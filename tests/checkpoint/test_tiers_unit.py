@@ -36,12 +36,13 @@ def test_bad_options_and_no_process_group_are_said(tmp_path) -> None:
         tiers.Tiers(root=str(tmp_path)).save({"w": torch.ones(1)}, 1)
 
 
-def test_node_placeholder_and_job_name(tmp_path, monkeypatch) -> None:
+def test_root_as_given_and_job_name(tmp_path, monkeypatch) -> None:
+    """The node-memory folder is the one given, per node by construction (no placeholder)."""
     monkeypatch.setenv("RESILIENT_NODE", "node7")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.delenv("RESILIENT_CKPT_JOB", raising=False)
     t = tiers.Tiers(root=str(tmp_path / "{node}"))
-    assert t.job_dir == str(tmp_path / "node7" / "4242")
+    assert t.job_dir == str(tmp_path / "{node}" / "4242")
     monkeypatch.setenv("SLURM_JOB_ID", "../etc")  # not a plain name: never a path
     assert tiers.default_job() != "../etc"
 

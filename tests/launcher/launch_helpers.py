@@ -62,10 +62,11 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
             f"--verdict-path={sandbox.p('verdicts', '{node}.json')}", *launch, FAULTS_TRAIN,
             "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
     # memory tiers (--inprocess, --memory-tiers): the sandbox's nodes share this host's
-    # /dev/shm, so each node gets its own folder, as each real node has its own memory
+    # /dev/shm, so each node gets its own folder, as each real node has its own memory: the
+    # sandbox's TaskProlog sets RESILIENT_TIER1_DIR from this template, {node} the task's node
     # (``tier1_dir``: another, e.g. one the nodes share)
     shm = tier1_dir or tmp_path / "shm" / "{node}"
-    lines = [f"export RESILIENT_TIER1_DIR={shm}",
+    lines = [f"export RESILIENT_SANDBOX_TIER1_DIR={shm}",
              *(f"export {k}={shlex.quote(v)}" for k, v in (exports or {}).items())]
     script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\nexec " + " ".join(argv) + "\n")
     env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,

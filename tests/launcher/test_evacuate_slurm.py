@@ -60,7 +60,7 @@ def test_a_precursor_moves_the_job_to_the_spare_before_any_fault(prod6, tmp_path
             f"--steps={STEPS}", "--step-time=0.3", f"--save-dir={work}/ck",
             "--durable-every=1000"]  # no disk checkpoint in this run: memory tiers only
     batch = work / "job.sbatch"
-    batch.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={work}/shm/{{node}}\nexec "
+    batch.write_text(f"#!/bin/bash\nexport RESILIENT_SANDBOX_TIER1_DIR={work}/shm/{{node}}\nexec "
                      + " ".join(line) + "\n")
     os.chown(batch, user.uid, user.gid)
     res = user.run(sbx, ["sbatch", "--parsable", "--nodes=4", "--no-kill", "--requeue",

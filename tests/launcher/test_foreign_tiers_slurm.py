@@ -38,7 +38,7 @@ def test_tiers_script_resumes_from_node_memory(slurm, clean, job_user, tmp_path)
             "--fault=sigkill@9:0", f"--fault-dir={faults}"]
     batch = work / "job.sbatch"
     # one node-memory folder per sandbox node ({node}: they all share this host's /dev/shm)
-    batch.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={work}/shm/{{node}}\nexec "
+    batch.write_text(f"#!/bin/bash\nexport RESILIENT_SANDBOX_TIER1_DIR={work}/shm/{{node}}\nexec "
                      + " ".join(line) + "\n")
     os.chown(batch, job_user.uid, job_user.gid)
     res = job_user.run(clean, ["sbatch", "--parsable", "--nodes=2", "--requeue",

@@ -50,7 +50,9 @@ def sandbox_env(root: str) -> dict[str, str]:
 
 def test_a_new_users_job_gets_its_spare_from_the_sites_verdicts(clean, slurm, job_user):
     exported = sandbox_env(clean.root)
-    assert "{node}" in exported["RESILIENT_TIER1_DIR"]  # node memory of each node's own
+    # node memory of each node's own: the sandbox's TaskProlog fills in {node} per task
+    assert "{node}" in exported["RESILIENT_SANDBOX_TIER1_DIR"]
+    assert "RESILIENT_TIER1_DIR" not in exported
     work = job_user.make_dir(mode=0o755)
     ckpt = os.path.join(work, "ck")
     env = {**exported, "RESILIENT_LAUNCH_ARGS": "--spares 1", "FT_TERM_TIMEOUT": "3"}
@@ -122,11 +124,12 @@ def test_a_standby_skipped_for_an_unreadable_verdict_is_said_and_recorded(clean,
 
 
 def test_a_configuration_error_fails_the_job_at_once_with_its_message(clean, slurm, tmp_path):
-    """The memory tiers of 3 nodes given one folder (``RESILIENT_TIER1_DIR`` without
-    ``{node}``, where the sandbox's nodes share one host): every rank meets the same error at
-    its first snapshot, and no restart can fix it. The launcher stops the step on the first
-    report and ends the job with the message: verdict ``config-error``, exit 2, in its first
-    cycle, no in-job restart (each rank reported once), no requeue. Before, ft_launcher
+    """The memory tiers of 3 nodes given one folder (the sandbox's template without ``{node}``:
+    every node's ``RESILIENT_TIER1_DIR`` the same, where the sandbox's nodes share one host):
+    every rank meets the same error at its first snapshot, and no restart can fix it. The
+    launcher stops the step on the first report and ends the job with the message: verdict
+    ``config-error``, exit 2, in its first cycle, no in-job restart (each rank reported once),
+    no requeue. Before, ft_launcher
     restarted the ranks into the same error, then the job was requeued."""
     shared = tmp_path / "one-folder"
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--max-restarts=3", "--max-requeues=2"],
@@ -138,7 +141,8 @@ def test_a_configuration_error_fails_the_job_at_once_with_its_message(clean, slu
     assert (verdict["verdict"], verdict["exit_code"]) == ("config-error", 2), verdict
     # the first report wins: the rank that found another node's stamp ("... is also node X's
     # ...") or one that saw that a peer reported it ("another rank's node memory folder ...")
-    assert "RESILIENT_TIER1_DIR a {node}" in verdict["message"], verdict
+    assert "each node needs a folder of its own (RESILIENT_TIER1_DIR)" in verdict["message"], \
+        verdict
     assert ("is also node" in verdict["message"]
             or "another rank's node memory folder is shared" in verdict["message"]), verdict
     assert "resilient-launch: config-error: " in log and "(exit 2)" in log, log[-3000:]

@@ -72,7 +72,7 @@ def test_spare_takes_a_lost_nodes_place_with_zero_lost_steps(prod6, tmp_path):
             "--durable-every=1000",  # no disk checkpoint in this run
             *[f"--fault=hang@{FAULT_STEP}:{r}" for r in range(3)], f"--fault-dir={faults}"]
     batch = work / "job.sbatch"
-    batch.write_text(f"#!/bin/bash\nexport RESILIENT_TIER1_DIR={work}/shm/{{node}}\nexec "
+    batch.write_text(f"#!/bin/bash\nexport RESILIENT_SANDBOX_TIER1_DIR={work}/shm/{{node}}\nexec "
                      + " ".join(line) + "\n")
     os.chown(batch, user.uid, user.gid)
     res = user.run(sbx, ["sbatch", "--parsable", "--nodes=4", "--no-kill", "--requeue",

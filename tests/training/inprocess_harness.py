@@ -68,7 +68,7 @@ def run_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), world: int 
                "TORCH_CPP_LOG_LEVEL": "ERROR",
                # each rank its own simulated node, with its own node memory
                "RESILIENT_NODE": f"n{rank}",
-               "RESILIENT_TIER1_DIR": str(workdir / "shm" / "{node}"),
+               "RESILIENT_TIER1_DIR": str(workdir / "shm" / f"n{rank}"),
                "RESILIENT_CKPT_JOB": "job", **SHORT_TIMEOUTS, **(env_extra or {})}
         env.pop("RESILIENT_INPROCESS_PREFIX", None)
         log = open(workdir / f"rank{rank}.log", "w")
@@ -140,7 +140,7 @@ def run_ft_job(workdir: Path, steps: int, faults: tuple[str, ...] = (), agents: 
                "--term-timeout=5", *train]
         log = open(workdir / f"agent{i}.log", "w")
         logs.append(log)
-        node = {"RESILIENT_NODE": f"a{i}", "RESILIENT_TIER1_DIR": str(workdir / "shm" / "{node}"),
+        node = {"RESILIENT_NODE": f"a{i}", "RESILIENT_TIER1_DIR": str(workdir / "shm" / f"a{i}"),
                 "RESILIENT_CKPT_JOB": "job"}  # each agent a simulated node, its own memory
         procs.append(subprocess.Popen(cmd, env={**env, **node}, stdout=log,
                                       stderr=subprocess.STDOUT,

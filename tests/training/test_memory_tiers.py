@@ -31,7 +31,7 @@ def _run(d: str, steps: int, *extra: str) -> tuple[str, str]:
     for r in range(3):
         env = {**base, "RANK": str(r), "WORLD_SIZE": "3", "LOCAL_RANK": "0",
                "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RESILIENT_NODE": f"n{r}", "RESILIENT_TIER1_DIR": os.path.join(d, "shm", "{node}"),
+               "RESILIENT_NODE": f"n{r}", "RESILIENT_TIER1_DIR": os.path.join(d, "shm", f"n{r}"),
                "RESILIENT_CKPT_JOB": "j"}
         procs.append(subprocess.Popen(
             [sys.executable, TRAIN, "--checkpoint-dir", os.path.join(d, "ck"),

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from resilient_slurm.fsutil import atomic_write
 from resilient_slurm_lab.sandbox.cluster import Paths, SandboxError, read_meta
 
 DEFAULT_USER = "rsjob"
@@ -137,6 +138,14 @@ def job_user(root: str) -> JobUser:
 
 
 NODE_MEMORY = "shm"  # each node's memory-tier folder, under its node directory
+TIER1_TEMPLATE = "RESILIENT_SANDBOX_TIER1_DIR"  # RESILIENT_TIER1_DIR with {node}, per task
+# Slurm reads a TaskProlog's `export NAME=value` lines into the task's environment.
+TASK_PROLOG = f"""#!/bin/sh
+# The sandbox's TaskProlog (resilient_slurm_lab.sandbox.jobuser): this task's node memory.
+[ -n "${{{TIER1_TEMPLATE}:-}}" ] || exit 0
+printf 'export RESILIENT_TIER1_DIR=%s\\n' \\
+    "$(printf '%s' "${TIER1_TEMPLATE}" | sed "s/{{node}}/$SLURMD_NODENAME/g")"
+"""
 
 
 def jobs_metrics_dir(paths: Paths) -> str:
@@ -153,14 +162,16 @@ def job_env(paths: Paths) -> dict[str, str]:
     """What a job on this sandbox needs in its environment (sbatch passes the submitter's on):
     ``SLURM_CONF``; ``RESILIENT_SANDBOX_DIR`` (node faults); ``RESILIENT_SLURM_CONFIG``, the
     hooks' config, where resilient-launch reads where verdicts are published; and
-    ``RESILIENT_TIER1_DIR``, one node-memory folder per node (``{node}``: the nodes share this
-    host's ``/dev/shm``, a real node has memory of its own). With ``up --metrics``, also
+    ``RESILIENT_SANDBOX_TIER1_DIR`` (:data:`TIER1_TEMPLATE`), each node's memory folder with
+    ``{node}`` for its name: the nodes share this host's ``/dev/shm``, a real node has memory of
+    its own, so the sandbox's TaskProlog (:func:`make_node_memory`) gives every task
+    ``RESILIENT_TIER1_DIR``, that path for its node. With ``up --metrics``, also
     ``RESILIENT_METRICS_DIR`` and ``RESILIENT_JOB_INDEX`` (the job's metrics and the index)."""
     env = {
         "SLURM_CONF": paths.conf,
         "RESILIENT_SANDBOX_DIR": paths.root,
         "RESILIENT_SLURM_CONFIG": paths.p("etc", "resilient-slurm", "config.toml"),
-        "RESILIENT_TIER1_DIR": paths.p("nodes", "{node}", NODE_MEMORY),
+        TIER1_TEMPLATE: paths.p("nodes", "{node}", NODE_MEMORY),
     }
     if os.path.isdir(jobs_metrics_dir(paths)):
         env["RESILIENT_METRICS_DIR"] = jobs_metrics_dir(paths)
@@ -168,13 +179,20 @@ def job_env(paths: Paths) -> dict[str, str]:
     return env
 
 
-def make_node_memory(paths: Paths, nodes: Sequence[str]) -> None:
+def make_node_memory(paths: Paths, nodes: Sequence[str]) -> list[str]:
     """Each node's memory-tier folder (:func:`job_env`), sticky and open to all, as
-    ``/dev/shm`` is (the epilog removes a finished job's folder in it)."""
+    ``/dev/shm`` is (the epilog removes a finished job's folder in it), and the TaskProlog that
+    gives every task its node's folder: with :data:`TIER1_TEMPLATE` set, ``RESILIENT_TIER1_DIR``
+    is that path with ``{node}`` replaced by the task's node (a template no node's task
+    changes, so a step's tasks on other nodes get theirs). Returns its slurm.conf line."""
     for node in nodes:
         path = os.path.join(paths.node_dir(node), NODE_MEMORY)
         os.makedirs(path, exist_ok=True)
         os.chmod(path, 0o1777)
+    os.makedirs(paths.p("bin"), mode=0o755, exist_ok=True)
+    prolog = paths.p("bin", "task-prolog")
+    atomic_write(prolog, TASK_PROLOG, mode=0o755)
+    return [f"TaskProlog={prolog}"]
 
 
 def user_env(paths: Paths, user: JobUser, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -208,7 +208,7 @@ def up(
     )
     for n in names:
         os.makedirs(paths.node_dir(n), exist_ok=True)
-    jobuser.make_node_memory(paths, names)
+    plan.extra_conf += jobuser.make_node_memory(paths, names)
     config_extra += power_setup(paths, plan.extra_conf) if repair else ""
     if hooks:
         plan.extra_conf = [*install_sandbox_hooks(paths, names, config_extra,
