@@ -18,7 +18,9 @@ from click.testing import CliRunner
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOC_FILES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
-                    *(ROOT / "healthcheck").rglob("*.md"), *(ROOT / "training").rglob("*.md")])
+                    *(ROOT / "healthcheck").rglob("*.md"), *(ROOT / "training").rglob("*.md"),
+                    ROOT / "lab" / "README.md",
+                    *(ROOT / "lab" / "resilient_slurm_lab").rglob("*.md")])
 
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^(```|~~~)")
