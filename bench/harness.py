@@ -186,15 +186,15 @@ class Cluster:
 def sandbox(root: str, nodes: int = 4, timing: str = "fast", watch: bool = True
             ) -> Iterator[Cluster]:
     """A sandbox for a benchmark or the demo; ``watch``: the hooks' node watcher runs on every
-    node (``resilient-health watch``), as on a production node that installs it."""
+    node (``resilient-health watch``). Down on any way out, a stop during ``up`` included."""
     from resilient_slurm_lab.sandbox import lifecycle
 
     # The mechanisms run side by side, each with its own node fault at the same step: to the
     # hooks' fleet guard that looks like one shared cause. The faults are independent by
     # construction, so the guard is off here (docs/hooks.md#fleet-guard).
-    lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes), watch=watch,
-                 hooks_extra="max_drain_fraction = 1.0\nmax_drains_per_interval = 0\n")
     try:
+        lifecycle.up(root, nodes=nodes, timing=timing, timeout=max(120, 8 * nodes), watch=watch,
+                     hooks_extra="max_drain_fraction = 1.0\nmax_drains_per_interval = 0\n")
         yield Cluster(root, nodes)
     finally:
         lifecycle.down(root, quiet=True)

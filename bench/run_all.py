@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import stopping  # noqa: E402
 from harness import REPO, Cluster, Workload  # noqa: E402
 from render import render_all  # noqa: E402
 
@@ -253,9 +253,8 @@ def main() -> int:
     ap.add_argument("--heartbeat", type=float, default=HB_TIMEOUT_S,
                     help="heartbeat timeout = the baseline's collective timeout (s)")
     a = ap.parse_args()
-    # SIGTERM / SIGINT (also in the background) unwind: every sandbox comes down, parts are kept
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda n, _f: sys.exit(128 + n))
+    # SIGTERM / SIGINT / SIGHUP unwind: every sandbox comes down, parts are kept
+    stopping.exit_on_signals()
     names = [x.strip() for x in a.only.split(",") if x.strip()]
     bad = [n for n in names if n not in SECTIONS + PARTS]
     if bad:

@@ -16,7 +16,8 @@
    per node and fault class) and the path of its HTML page; the sandbox runs Debian's
    Prometheus and node_exporter beside it (``sandbox up --metrics``), fed by the hooks and
    both jobs (``--metrics-dir``), and the alerts firing are listed;
-8. brings the sandbox down.
+8. brings the sandbox down, also when stopped (SIGTERM, SIGINT, SIGHUP: a killed ``make demo``):
+   then the fault-free run is ended too and the exit code is 128 + the signal's number.
 
 Usage: ``python scripts/demo.py [--dir DIR] [--plot FILE.png] [--bound SECONDS]``.
 """
@@ -24,15 +25,18 @@ Usage: ``python scripts/demo.py [--dir DIR] [--plot FILE.png] [--bound SECONDS]`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import harness  # noqa: E402
+import stopping  # noqa: E402
 from harness import BIN, TRAIN_SCRIPT, Workload  # noqa: E402
 
 from resilient_slurm_lab.sandbox import prom  # noqa: E402
@@ -60,6 +64,18 @@ def start_reference(wl: Workload, d: str) -> list[subprocess.Popen[bytes]]:
     return procs
 
 
+@contextlib.contextmanager
+def ended_on_exit(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Whatever of ``procs`` still runs on the way out (a stop, an error) is killed."""
+    try:
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def reference_digest(procs: list[subprocess.Popen[bytes]], d: str, timeout: float) -> str | None:
     deadline = time.monotonic() + timeout
     for p in procs:
@@ -80,7 +96,18 @@ def main() -> int:
     ap.add_argument("--plot", default=None, help="progress plot PNG (default: DIR/progress.png)")
     ap.add_argument("--bound", type=float, default=480, help="time bound for the job (s)")
     a = ap.parse_args()
+    stopping.exit_on_signals()
     t_start = time.time()
+    try:
+        return run(a, t_start)
+    except stopping.Stopped as stop:
+        say(f"[{harness.stamp()}] demo stopped by {stop.signame}: sandbox down, "
+            f"exit {stop.code}")
+        return int(stop.code or 1)
+
+
+def run(a: argparse.Namespace, t_start: float) -> int:
+    """The demo's steps (the module doc); the sandbox comes down on every way out."""
     wl = Workload()
     schedule = wl.schedule()
     types = {f.type for f in schedule}
@@ -108,7 +135,8 @@ def main() -> int:
     say()
     say(f"[{harness.stamp()}] starting a 4-node sandbox with the hooks ...")
     code = 1
-    with harness.sandbox(root) as c:
+    ref: list[subprocess.Popen[bytes]] = []
+    with harness.sandbox(root) as c, ended_on_exit(ref):
         from resilient_slurm_lab.sandbox import jobuser, lifecycle, metrics_stack
         from resilient_slurm_lab.sandbox.cluster import Paths
 
@@ -123,7 +151,7 @@ def main() -> int:
         ref_dir = os.path.join(work, "fault-free")
         say(f"[{harness.stamp()}] fault-free reference run started alongside (3 local "
             f"processes, niced): {ref_dir}")
-        ref = start_reference(wl, ref_dir)
+        ref.extend(start_reference(wl, ref_dir))
         os.makedirs(os.path.join(work, "job"), exist_ok=True)
         ckpt = os.path.join(work, "job", "ckpt")
         state_dir = os.path.join(ckpt, ".resilient")
