@@ -28,7 +28,15 @@ COMMON = ["--checkpoint-every=2", "--step-sleep=0.3", "--threads=1", "--log-ever
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
-
+# The training's stand-in compute time once Slurm requeued the job (SLURM_RESTART_COUNT >= 1):
+# the steps before a fault must outlast its slowest detection, those after the requeue only
+# finish the job, and the weights do not depend on the sleep. A job script sets it with
+# REQUEUED_SLEEP before its exec and passes REQUEUED_ARGS after COMMON (the last
+# --step-sleep wins).
+REQUEUED_STEP_SLEEP = 0.05
+REQUEUED_SLEEP = ('requeued=()\n[ "${SLURM_RESTART_COUNT:-0}" = 0 ] || '
+                  f"requeued=(--step-sleep={REQUEUED_STEP_SLEEP})")
+REQUEUED_ARGS = '"${requeued[@]}"'
 
 _REFERENCE: dict[tuple[int, int], str] = {}
 
@@ -51,7 +59,10 @@ def fault_free(world: int, steps: int, tmp_path) -> str:
 def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[str],
            options: tuple[str, ...] = (), steps: int = 10,
            tier1_dir: str | None = None,
-           exports: dict[str, str] | None = None) -> tuple[int, str, str]:
+           exports: dict[str, str] | None = None,
+           fast_after_requeue: bool = False) -> tuple[int, str, str]:
+    """A resilient-launch job of TRAIN (job id, checkpoint dir, state dir); with
+    ``fast_after_requeue`` its steps sleep REQUEUED_STEP_SLEEP s once Slurm requeued it."""
     ckpt = str(tmp_path / "ckpt")
     script = tmp_path / "job.sbatch"
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
@@ -60,14 +71,16 @@ def submit(slurm, sandbox, tmp_path, nodes: int, launch: list[str], train: list[
             # where the sandbox's hooks publish each node's verdict (one directory, as on a
             # site that shares it); a test's own --verdict-path in LAUNCH comes later and wins
             f"--verdict-path={sandbox.p('verdicts', '{node}.json')}", *launch, FAULTS_TRAIN,
-            "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
+            "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train,
+            *([REQUEUED_ARGS] if fast_after_requeue else [])]
     # memory tiers (--inprocess, --memory-tiers): the sandbox's nodes share this host's
     # /dev/shm, so each node gets its own folder, as each real node has its own memory: the
     # sandbox's TaskProlog sets RESILIENT_TIER1_DIR from this template, {node} the task's node
     # (``tier1_dir``: another, e.g. one the nodes share)
     shm = tier1_dir or tmp_path / "shm" / "{node}"
     lines = [f"export RESILIENT_SANDBOX_TIER1_DIR={shm}",
-             *(f"export {k}={shlex.quote(v)}" for k, v in (exports or {}).items())]
+             *(f"export {k}={shlex.quote(v)}" for k, v in (exports or {}).items()),
+             *([REQUEUED_SLEEP] if fast_after_requeue else [])]
     script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\nexec " + " ".join(argv) + "\n")
     env = {**os.environ, "SLURM_CONF": sandbox.conf, "RESILIENT_SANDBOX_DIR": sandbox.root,
            "PATH": BIN + ":" + os.environ.get("PATH", "")}

@@ -19,6 +19,8 @@ from launch_helpers import (  # type: ignore[import-not-found]
     COMMON,
     FAULTS_TRAIN,
     HEARTBEAT_TIMEOUT,
+    REQUEUED_ARGS,
+    REQUEUED_SLEEP,
     TERMINAL,
     fault_free,
     handled,
@@ -106,7 +108,8 @@ def test_node_fault_requeue(slurm, clean, tmp_path):
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2",
                                                        f"--metrics-dir={metrics}",
                                                        f"--job-index={index}"],
-                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80)
+                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80,
+                           fast_after_requeue=True)
     digest = fault_free(3, 80, tmp_path)
     job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
@@ -174,7 +177,7 @@ def scancel(sandbox, *args: str) -> None:
 def test_time_limit_signal_saves_requeues_and_resumes(slurm, clean, tmp_path):
     # No periodic checkpoint in the run: what resumes is what the stop saved.
     jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1", "--term-timeout=30"],
-                           ["--checkpoint-every=1000"], steps=40)
+                           ["--checkpoint-every=1000"], steps=40, fast_after_requeue=True)
     wait_step(state, 15)
     scancel(clean, "-b", "-s", "USR1", str(jid))  # what --signal=B:USR1@T delivers
     digest = fault_free(2, 40, tmp_path)  # after the signal: on a loaded host the reference
@@ -200,7 +203,7 @@ def test_step_usr1_without_b_saves_requeues_and_resumes(slurm, clean, tmp_path):
     not the batch shell: the node shim and ft_launcher survive it, the training saves at that
     step, the job is requeued and resumes from exactly that step."""
     jid, _, state = submit(slurm, clean, tmp_path, 2, ["--max-requeues=1", "--term-timeout=30"],
-                           ["--checkpoint-every=1000"], steps=40)
+                           ["--checkpoint-every=1000"], steps=40, fast_after_requeue=True)
     wait_step(state, 15)
     scancel(clean, "-s", "USR1", str(jid))  # the job's steps, not its batch step
     digest = fault_free(2, 40, tmp_path)  # after the signal: on a loaded host the reference
@@ -266,7 +269,7 @@ def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_p
     # No required node list: with one, an update the stalled controller never took would
     # leave the job pending on the drained node (visible, not held, but not what this tests).
     jid, _, state = submit(slurm, clean, tmp_path, 2, ["--min-nodes=2", "--max-requeues=1"],
-                           [], steps=80)
+                           [], steps=80, fast_after_requeue=True)
     wait_step(state, 5)
     bad = next(n for n in slurm.job(jid).nodes if n != slurm.job(jid).extra.get("batch_host"))
     install_scenario(clean.node_dir(bad), "xid79")
@@ -317,6 +320,7 @@ def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_p
 
 def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],
                    steps: int) -> tuple[int, str, str, str]:
+    """The job user's job; its steps sleep REQUEUED_STEP_SLEEP s once Slurm requeued it."""
     sbx, _, user = prod
     work = user.make_dir(mode=0o755)
     ckpt = os.path.join(work, "ckpt")
@@ -324,10 +328,10 @@ def submit_as_user(prod, nodes: int, launch: list[str], train: list[str],
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
             "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
             *launch, FAULTS_TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}",
-            *COMMON, *train]
+            *COMMON, *train, REQUEUED_ARGS]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:
-        fh.write("#!/bin/bash\nexec " + " ".join(argv) + "\n")
+        fh.write(f"#!/bin/bash\n{REQUEUED_SLEEP}\nexec " + " ".join(argv) + "\n")
     os.chown(script, user.uid, user.gid)
     out = os.path.join(work, "slurm-%j.out")
     res = user.run(sbx, ["sbatch", "--parsable", f"--nodes={nodes}", "--requeue",
