@@ -35,7 +35,7 @@ pytest.importorskip("torch")
 
 
 def submit(prod, nodes: int, launch: list[str], steps: int,
-           sbatch: tuple[str, ...] = ()) -> tuple[int, str, str]:
+           sbatch: tuple[str, ...] = (), train: tuple[str, ...] = ()) -> tuple[int, str, str]:
     """The job user's job (state dir, work dir returned with the job id)."""
     sbx, _, user = prod
     work = user.make_dir(mode=0o755)
@@ -43,7 +43,7 @@ def submit(prod, nodes: int, launch: list[str], steps: int,
     argv = [os.path.join(BIN, "resilient-launch"), "--nproc-per-node=1", "--max-restarts=2",
             f"--heartbeat-timeout={HEARTBEAT_TIMEOUT}", "--initial-heartbeat-timeout=120",
             "--term-timeout=20", f"--verdict-path={sbx.p('verdicts', '{node}.json')}",
-            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON]
+            *launch, TRAIN, "--checkpoint-dir", ckpt, f"--steps={steps}", *COMMON, *train]
     script = os.path.join(work, "job.sbatch")
     with open(script, "w", encoding="utf-8") as fh:
         fh.write("#!/bin/bash\nexec " + " ".join(argv) + "\n")
@@ -73,8 +73,11 @@ def test_slurmd_pause_is_no_node_fault_and_one_query_per_interval(prod6, tmp_pat
     sbx, s, user = prod6
     # the batched query every 10 s: the flag (the 25 s pause until Slurm's next good ping) is
     # seen for sure, not by the luck of the default 60 s cadence
+    # 130 steps of at least 0.6 s: the training outlasts the RPC window, the pause and the
+    # flag as 260 steps of 0.3 s did, at half the steps' own cost on a loaded host
     jid, state, work = submit(prod6, 3, ["--min-nodes=2", "--max-requeues=1",
-                                         "--node-query-interval=10"], steps=260)
+                                         "--node-query-interval=10"], steps=130,
+                              train=("--step-sleep=0.6",))
     wait_step(state, 5, timeout=300)
     with lifecycle.rpc_window(sbx.root) as w:  # 30 s of healthy training
         time.sleep(30)
@@ -89,7 +92,7 @@ def test_slurmd_pause_is_no_node_fault_and_one_query_per_interval(prod6, tmp_pat
     before = max(e["step"] for e in kinds(state, "progress"))
     lifecycle.node_pause(sbx.root, paused, 25, wait=False)
     wait_until(lambda: "NOT_RESPONDING" in s.node(paused).flags, 24, every=1)
-    digest = fault_free(3, 260, tmp_path)
+    digest = fault_free(3, 130, tmp_path)
     job = finish(s, jid)
     log = log_of(work, jid)
     assert job.state == "COMPLETED", (job, log)

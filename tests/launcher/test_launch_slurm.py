@@ -379,8 +379,11 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
     from resilient_slurm_lab.sandbox import lifecycle
 
     sbx, s, user = prod
-    jid, _, state, work = submit_as_user(prod, 3, ["--min-nodes=3", "--max-requeues=1"], [],
-                                         steps=200)
+    # 100 steps of at least 0.6 s before the requeue: longer than the slowest detection
+    # (HealthCheckInterval 30 s) with the margin 200 steps of 0.3 s had, and half the steps'
+    # own cost on a loaded host
+    jid, _, state, work = submit_as_user(prod, 3, ["--min-nodes=3", "--max-requeues=1"],
+                                         ["--step-sleep=0.6"], steps=100)
     wait_step(state, 5, timeout=300)
     job = s.job(jid)
     bad = next(n for n in job.nodes if n != job.extra.get("batch_host"))
@@ -390,7 +393,7 @@ def test_production_node_fault_requeue_controller_stalled_as_user(prod, tmp_path
         time.sleep(0.05)
     assert kinds(state, "requeue"), prod_log(work, jid)
     lifecycle.controller_stall(sbx.root, 40)  # > KillWait (30): the launcher is gone first
-    digest = fault_free(3, 200, tmp_path)  # while the requeued job waits out cred_expire
+    digest = fault_free(3, 100, tmp_path)  # while the requeued job waits out cred_expire
     held = []
     end = time.monotonic() + 600
     job = s.job(jid)
