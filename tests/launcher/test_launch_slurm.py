@@ -40,6 +40,11 @@ pytestmark = pytest.mark.slurm
 
 pytest.importorskip("torch")
 
+# Steps that stand for a detection's time (a fault must be found before the job ends): twice
+# COMMON's 0.3 s, so half the steps give the same least duration at half their own cost on a
+# loaded host (3 ranks on 2 cores add ~0.35 s to every step).
+SLOW_STEPS = ["--step-sleep=0.6"]
+
 
 def test_exception_and_hang_restart_in_job(slurm, clean, tmp_path):
     # --max-restarts 3: the two faults, and one restart of headroom for a fault the test did
@@ -76,9 +81,11 @@ def test_exception_and_hang_restart_in_job(slurm, clean, tmp_path):
 def test_node_fault_elastic(slurm, clean, tmp_path):
     # Long enough for the HealthCheckProgram (every 10 s here) to see the bad GPU and drain:
     # the launcher learns of the fault from the hooks, not from the injector.
+    # SLOW_STEPS: 40 steps of at least 0.6 s, as long as 80 of 0.3 s at half the steps' cost.
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=2"],
-                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80)
-    digest = fault_free(3, 80, tmp_path)  # 3 virtual shards, computed on 2 nodes after node3
+                           ["--fault=node@5@node3", *SLOW_STEPS], ("--nodelist=node[1-3]",),
+                           steps=40)
+    digest = fault_free(3, 40, tmp_path)  # 3 virtual shards, computed on 2 nodes after node3
     job = wait_job(slurm, jid)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
@@ -108,9 +115,9 @@ def test_node_fault_requeue(slurm, clean, tmp_path):
     jid, _, state = submit(slurm, clean, tmp_path, 3, ["--min-nodes=3", "--max-requeues=2",
                                                        f"--metrics-dir={metrics}",
                                                        f"--job-index={index}"],
-                           ["--fault=node@5@node3"], ("--nodelist=node[1-3]",), steps=80,
-                           fast_after_requeue=True)
-    digest = fault_free(3, 80, tmp_path)
+                           ["--fault=node@5@node3", *SLOW_STEPS], ("--nodelist=node[1-3]",),
+                           steps=40, fast_after_requeue=True)
+    digest = fault_free(3, 40, tmp_path)
     job = wait_job(slurm, jid, timeout=360)
     log = log_of(tmp_path, jid)
     assert job.state == "COMPLETED", log
@@ -269,7 +276,7 @@ def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_p
     # No required node list: with one, an update the stalled controller never took would
     # leave the job pending on the drained node (visible, not held, but not what this tests).
     jid, _, state = submit(slurm, clean, tmp_path, 2, ["--min-nodes=2", "--max-requeues=1"],
-                           [], steps=80, fast_after_requeue=True)
+                           SLOW_STEPS, steps=40, fast_after_requeue=True)
     wait_step(state, 5)
     bad = next(n for n in slurm.job(jid).nodes if n != slurm.job(jid).extra.get("batch_host"))
     install_scenario(clean.node_dir(bad), "xid79")
@@ -307,7 +314,7 @@ def test_node_fault_then_requeue_with_the_controller_stalled(slurm, clean, tmp_p
         resumed = [e["step"] for e in kinds(state, "resume") if e.get("requeue") == "1"]
         saved = [e["step"] for e in kinds(state, "stopped")]
         assert saved and set(resumed) == {saved[0]}, (saved, resumed)
-        assert fault_free(2, 80, tmp_path) in log
+        assert fault_free(2, 40, tmp_path) in log
     else:  # the requeue never happened: the launcher said so
         assert job.state == "FAILED" and verdicts in (["budget-exhausted"],
                                                       ["requeue-unconfirmed"]), (job, log)
