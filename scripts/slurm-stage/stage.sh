@@ -55,7 +55,7 @@ SELECT=(
     # Slow duplicates the main stage alone runs: 200 direct health-program runs on healthy nodes
     # make no Slurm call at all (issue 12; 3 minutes); the two production-timing launcher tests
     # repeat the time-limit signal and the stalled-controller requeue above with the real 120 s
-    # credential expiry (4-6 minutes each).
+    # credential expiry (3-6 minutes each).
     --deselect tests/hooks/test_hooks_cluster.py::test_200_health_runs_on_healthy_and_boot_noise_nodes_never_drain
     --deselect tests/launcher/test_launch_slurm.py::test_production_time_limit_as_user
     --deselect tests/launcher/test_launch_slurm.py::test_production_node_fault_requeue_controller_stalled_as_user
