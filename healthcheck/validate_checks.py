@@ -5,7 +5,7 @@ before one of our drains is lifted), beside ``dcgm_diag`` at the repair level:
 
 * ``allreduce_bw``: a single-node all-reduce over every GPU. nccl-tests' ``all_reduce_perf``
   when installed, else the torch.distributed probe (``python -m
-  resilient_slurm.hooks.allreduce_probe``, run as a separate process: a hook never imports
+  resilient_slurm.training.allreduce_probe``, run as a separate process: a hook never imports
   torch); both print nccl-tests' ``# Avg bus bandwidth : X`` line (GB/s). Below the profile's
   ``allreduce_busbw_gbps`` floor: ``fail``.
 * ``loopback_bw``: the node's RDMA fabric against itself, ``fi_pingpong -p efa`` (EFA
