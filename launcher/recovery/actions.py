@@ -1,11 +1,14 @@
 """What the launcher does after a decision: one handler per ``policy.Action``, registered in
 :data:`HANDLERS` by :func:`handles`.
 
-``policy.decide`` says what (pure); a handler does it through an :class:`Actor` (the
-supervisor: its job log, its standby nodes, and the three acts that reach Slurm: a verdict, a
-requeue, giving nodes back). A handler returns an exit code (the launcher ends with it) or the
-next cycle's nodes (the loop goes on with them). ``RUN_CYCLE`` has no handler: it is the
-loop itself.
+``policy.decide`` says what (pure); a handler works out what it takes: it writes the job's
+events (``spare``, ``exclude``, ``recovery``), takes the spares it used off the standby list,
+and returns an :class:`Outcome`, the acts left that reach Slurm (nodes to give back, a
+requeue, a verdict) or the next cycle's nodes. :func:`act` has the supervisor (an
+:class:`Actor`) carry the outcome out: an exit code (the launcher ends with it) or the next
+cycle's nodes (the loop goes on with them). ``RUN_CYCLE`` has no handler: it is the loop
+itself. Handlers never call Slurm, so they are tested on their own (their events, their
+outcome); the acts are the supervisor's, tested against the sandbox's Slurm.
 
 A new recovery policy is an ``Action`` with its rule in ``policy.py`` (and, for a verdict,
 its exit status in ``exits.py``), its handler here, and their test; the supervisor's loop
@@ -35,8 +38,25 @@ class AfterFault:
     cycle: int  # the failed cycle's number
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a handler leaves to the supervisor: exactly one of ``nodes`` (go on with them),
+    ``requeue`` (requeue the job, why) and ``verdict`` (end with it: name, exit status,
+    message); ``release``: nodes to give back to Slurm first."""
+
+    nodes: list[str] | None = None
+    requeue: str | None = None
+    verdict: tuple[str, int, str] | None = None
+    release: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.nodes, self.requeue, self.verdict)) != 1:
+            raise ValueError("an outcome goes on, requeues or ends: exactly one")
+
+
 class Actor(Protocol):
-    """What the handlers act through (``launcher/supervisor.py``'s ``Supervisor``)."""
+    """Who carries an outcome out (``launcher/supervisor.py``'s ``Supervisor``): its job log,
+    its standby nodes, and the three acts that reach Slurm."""
 
     @property
     def log(self) -> EventLog: ...
@@ -51,7 +71,7 @@ class Actor(Protocol):
     def release(self, nodes: list[str]) -> None: ...
 
 
-Handler = Callable[[Actor, Decision, "AfterFault | None"], "int | list[str]"]
+Handler = Callable[[EventLog, list[str], Decision, "AfterFault | None"], Outcome]
 HANDLERS: dict[Action, Handler] = {}
 
 
@@ -68,13 +88,29 @@ def handles(*actions: Action) -> Callable[[Handler], Handler]:
     return register
 
 
-def act(actor: Actor, d: Decision, after: AfterFault | None = None) -> int | list[str]:
-    """Carry out ``d``: an exit code, or the next cycle's nodes. ``after``: the failed
-    cycle's blame, when ``d`` was decided after one."""
+def outcome(log: EventLog, standby: list[str], d: Decision,
+            after: AfterFault | None = None) -> Outcome:
+    """Run ``d``'s handler: its events written to ``log``, the spares it used taken off
+    ``standby``, what is left to do returned. ``after``: the failed cycle's blame, when ``d``
+    was decided after one."""
     handler = HANDLERS.get(d.action)
     if handler is None:
         raise ValueError(f"no handler for {d.action.value}: the cycle loop runs it")
-    return handler(actor, d, after)
+    return handler(log, standby, d, after)
+
+
+def act(actor: Actor, d: Decision, after: AfterFault | None = None) -> int | list[str]:
+    """Carry out ``d``: an exit code, or the next cycle's nodes."""
+    out = outcome(actor.log, actor.standby, d, after)
+    if out.release:
+        actor.release(list(out.release))
+    if out.requeue is not None:
+        return actor.requeue(out.requeue)
+    if out.verdict is not None:
+        return actor.verdict(*out.verdict)
+    if out.nodes is None:  # pragma: no cover - an Outcome holds exactly one of the three
+        raise ValueError(f"{d.action.value}: an outcome with nothing to do")
+    return out.nodes
 
 
 def end(actor: Actor, d: Decision) -> int:
@@ -86,42 +122,44 @@ def end(actor: Actor, d: Decision) -> int:
     return code
 
 
-def _unused(actor: Actor, after: AfterFault | None) -> None:
+def _unused(log: EventLog, standby: list[str], after: AfterFault | None) -> None:
     """The blamed nodes no healthy spare was left for, said before the job ends or requeues."""
     if after is not None:
-        spares.unused(actor.log, actor.standby, after.swap, after.cycle)
+        spares.unused(log, standby, after.swap, after.cycle)
 
 
 @handles(Action.ELASTIC)
-def relaunch(actor: Actor, d: Decision, after: AfterFault | None) -> int | list[str]:
+def relaunch(log: EventLog, standby: list[str], d: Decision,
+             after: AfterFault | None) -> Outcome:
     """Go on in this allocation: the spares swapped in take their places (``spare`` events),
     each blamed node gets its ``exclude`` event and goes back to Slurm; the next cycle runs on
     the survivors."""
     if after is None:
         raise ValueError("an elastic relaunch follows a failed cycle's blame")
-    out = spares.commit(actor.log, actor.standby, after.swap, after.cycle)
+    out = spares.commit(log, standby, after.swap, after.cycle)
     gone = sorted(after.blamed)
     for node in gone:
-        actor.log.emit(EventKind.EXCLUDE, **events.Exclude(
+        log.emit(EventKind.EXCLUDE, **events.Exclude(
             node=node, mode=out.get(node, "elastic"), survivors=list(after.survivors),
             reason=list(after.blamed[node])))
-    actor.log.emit(EventKind.RECOVERY, **events.Recovery(
+    log.emit(EventKind.RECOVERY, **events.Recovery(
         by="spare swap" if len(out) == len(gone) else "elastic relaunch",
         nodes=list(after.survivors), excluded=gone, cycle=after.cycle))
-    actor.release(gone)
-    return list(after.survivors)
+    return Outcome(nodes=list(after.survivors), release=tuple(gone))
 
 
 @handles(Action.REQUEUE)
-def requeue(actor: Actor, d: Decision, after: AfterFault | None) -> int | list[str]:
+def requeue(log: EventLog, standby: list[str], d: Decision,
+            after: AfterFault | None) -> Outcome:
     """Requeue the job (the supervisor reviews exclusions, checks the fit, asks Slurm)."""
-    _unused(actor, after)
-    return actor.requeue(d.why)
+    _unused(log, standby, after)
+    return Outcome(requeue=d.why)
 
 
 @handles(Action.DONE, Action.TERMINATE, Action.NO_PROGRESS, Action.BUDGET,
          Action.CONFIG_ERROR)
-def verdict(actor: Actor, d: Decision, after: AfterFault | None) -> int | list[str]:
+def verdict(log: EventLog, standby: list[str], d: Decision,
+            after: AfterFault | None) -> Outcome:
     """End with the action's verdict and exit status (``exits.VERDICT_OF``, ``EXIT_OF``)."""
-    _unused(actor, after)
-    return actor.verdict(VERDICT_OF[d.action], EXIT_OF[d.action], d.why)
+    _unused(log, standby, after)
+    return Outcome(verdict=(VERDICT_OF[d.action], EXIT_OF[d.action], d.why))
