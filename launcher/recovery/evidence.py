@@ -219,12 +219,26 @@ def assess(slurm: SlurmBackend, nodes: Sequence[str], cycle_dir: str,
         evs = gather(slurm, nodes, cycle_dir, read(None) if read else {}, slow, lost)
         return blame.decide(evs, strikes, cfg.max_strikes, cfg.max_blame_share), evs
 
+    return judged_after_wait(judge, read, nodes, cfg.verdict_wait)
+
+
+Judged = tuple[blame.Decision, list[blame.NodeEvidence]]
+
+
+def judged_after_wait(judge: Callable[[], Judged],
+                      read: Callable[[float | None], Mapping[str, verdict_file.Verdict]] | None,
+                      nodes: Sequence[str], wait_s: float,
+                      clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep) -> Judged:
+    """``judge()``; when it blames nobody, :func:`await_fresh` for at most ``wait_s`` and judge
+    again, whether or not a new verdict came: Slurm's view may have changed in the wait (the
+    hooks drained the node, Slurm flagged it DOWN) also where the verdicts cannot be read."""
     decision, evs = judge()
-    if not decision.blamed and read is not None and cfg.verdict_wait > 0:
-        print(f"resilient-launch: no node to blame; waiting up to {cfg.verdict_wait:.0f} s for "
+    if not decision.blamed and read is not None and wait_s > 0:
+        print(f"resilient-launch: no node to blame; waiting up to {wait_s:.0f} s for "
               "the hooks' next verdicts", flush=True)
-        if await_fresh(read, nodes, time.time(), cfg.verdict_wait):
-            decision, evs = judge()
+        await_fresh(read, nodes, time.time(), wait_s, clock=clock, sleep=sleep)
+        decision, evs = judge()
     return decision, evs
 
 

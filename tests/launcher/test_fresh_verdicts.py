@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_slurm import verdict_file
-from resilient_slurm.launcher.recovery import evidence
+from resilient_slurm.launcher.recovery import blame, evidence
 
 NODES = ["n1", "n2", "n3"]
 
@@ -89,3 +89,35 @@ def test_no_wait_when_off() -> None:
     assert not evidence.await_fresh(lambda after: {}, NODES, 0.0, 0.0, clock=clock,
                                     sleep=clock.sleep)
     assert clock.sleeps == 0
+
+
+def test_judged_again_after_the_wait_even_when_no_verdict_could_be_read() -> None:
+    """The verdicts cannot be read (a site whose hooks publish elsewhere): the wait ends with
+    nothing new, but Slurm's view changed meanwhile (the hooks drained n2), so the second
+    judgement blames n2 rather than leaving the first one's 'nobody'."""
+    clock = Clock()
+    judgements = [blame.Decision(), blame.Decision(blamed={"n2": ["slurm: drained"]})]
+    calls: list[float] = []
+
+    def judge() -> evidence.Judged:
+        calls.append(clock.t)
+        return judgements[len(calls) - 1], []
+
+    decision, _ = evidence.judged_after_wait(judge, lambda after: {}, NODES, 30.0,
+                                             clock=clock, sleep=clock.sleep)
+    assert decision.blamed == {"n2": ["slurm: drained"]}
+    assert calls == [0.0, 30.0]  # judged once at once, once after the whole wait
+
+
+def test_a_first_judgement_that_blames_waits_for_nothing() -> None:
+    clock = Clock()
+    first = blame.Decision(blamed={"n1": ["slurm: down"]})
+    calls: list[int] = []
+
+    def judge() -> evidence.Judged:
+        calls.append(1)
+        return first, []
+
+    assert evidence.judged_after_wait(judge, lambda after: {}, NODES, 30.0, clock=clock,
+                                      sleep=clock.sleep)[0] is first
+    assert calls == [1] and clock.sleeps == 0

@@ -18,7 +18,10 @@ from resilient_slurm.events import read_events  # noqa: E402
 from resilient_slurm_lab.faults import TRAIN_SCRIPT as FAULTS_TRAIN  # noqa: E402
 
 SBATCH = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "sbatch"))
-ARGS = ["--steps", "20", "--checkpoint-every", "5", "--seed", "3"]
+# Threads pinned, as in every bitwise test here: on CPU, a fault-free 2-thread run beside other
+# jobs once ended with other weights than the same run alone (tests/training/test_train_fsdp.py:
+# "BLAS results depend on them").
+ARGS = ["--steps", "20", "--checkpoint-every", "5", "--seed", "3", "--threads", "1"]
 
 
 def _submit(sandbox, tmp_path, template: str, name: str, extra: list[str],
